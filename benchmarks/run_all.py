@@ -1,0 +1,14 @@
+"""Every benchmark of the live pipeline, one after the other (about 10 minutes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+SCRIPTS = ["live_overhead.py", "resume_scan.py", "live_memory.py", "pacing.py"]
+
+if __name__ == "__main__":
+    for script in SCRIPTS:
+        subprocess.run([sys.executable, str(HERE / script)], check=True)

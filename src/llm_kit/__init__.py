@@ -1,0 +1,43 @@
+"""llm_kit: talk to LLMs at scale, live (rate-limited, concurrent) or through batch APIs."""
+
+from llm_kit.client import LLM
+from llm_kit.errors import (
+    BatchItemFailed,
+    CompletionError,
+    ConfigError,
+    ItemError,
+    LLMKitError,
+    MissingAPIKeyError,
+    ProviderError,
+    ResponseValidationError,
+)
+from llm_kit.types import (
+    BatchConfig,
+    BatchItem,
+    BatchResult,
+    ImagePart,
+    Message,
+    TextPart,
+    Usage,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LLM",
+    "BatchConfig",
+    "BatchItem",
+    "BatchItemFailed",
+    "BatchResult",
+    "CompletionError",
+    "ConfigError",
+    "ImagePart",
+    "ItemError",
+    "LLMKitError",
+    "Message",
+    "MissingAPIKeyError",
+    "ProviderError",
+    "ResponseValidationError",
+    "TextPart",
+    "Usage",
+]

@@ -1,0 +1,96 @@
+"""Where a request goes: a provider over HTTP, or the embedded local model."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from llm_kit.errors import ProviderError
+from llm_kit.providers.base import Codec, Completion
+from llm_kit.ratelimit import RateLimiter
+from llm_kit.schema import ResponseSchema
+from llm_kit.transport import HttpTransport
+from llm_kit.types import Message
+
+
+class Backend(ABC):
+    @abstractmethod
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        sampling: Mapping[str, Any],
+        schema: ResponseSchema | None,
+    ) -> Completion:
+        """One request → Completion; ProviderError or ItemError on failure."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+
+class HttpBackend(Backend):
+    def __init__(
+        self, codec: Codec, model: str, transport: HttpTransport, limiter: RateLimiter
+    ) -> None:
+        self.codec = codec
+        self.model = model
+        self.transport = transport
+        self.limiter = limiter
+        self._path = codec.path(model)
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        sampling: Mapping[str, Any],
+        schema: ResponseSchema | None,
+    ) -> Completion:
+        body = self.codec.encode(self.model, messages, sampling, schema)
+        status, headers, raw = await self.transport.post_json(self._path, body)
+        info = self.codec.rate_limits(headers)
+        if info is not None:
+            self.limiter.observe(info)
+        if status >= 400:
+            raise self.codec.error(status, headers, raw)
+        try:
+            return self.codec.decode(orjson.loads(raw))
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise ProviderError(
+                f"{self.codec.name} sent an answer that does not parse ({type(exc).__name__}: "
+                f"{exc}): {raw[:120]!r}",
+                status=status,
+                kind="bad_response",
+                retryable=True,
+            ) from None
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+
+class LocalBackend(Backend):
+    """The embedded llama.cpp model. Text only: image parts are dropped (it cannot see)."""
+
+    def __init__(self, model_path: str | None = None) -> None:
+        from llm_kit.local import LocalEngine
+
+        self.engine = LocalEngine.shared(model_path)
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        sampling: Mapping[str, Any],
+        schema: ResponseSchema | None,
+    ) -> Completion:
+        chat = [{"role": m.role, "content": m.text} for m in messages]
+        max_tokens = sampling.get("max_tokens") or sampling.get("max_completion_tokens")
+        stop = sampling.get("stop")
+        return await self.engine.complete(
+            chat,
+            max_tokens=max_tokens,
+            temperature=sampling.get("temperature"),
+            top_p=sampling.get("top_p"),
+            seed=sampling.get("seed"),
+            stop=[stop] if isinstance(stop, str) else stop,
+            json_schema=schema.schema if schema is not None else None,
+        )

@@ -1,0 +1,372 @@
+"""`LLM`: one model behind one wire format, with the live pipeline's three sinks."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Sized
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from llm_kit import jsonl
+from llm_kit.backends import Backend, HttpBackend, LocalBackend
+from llm_kit.errors import (
+    BatchItemFailed,
+    CompletionError,
+    ConfigError,
+    ItemError,
+    MissingAPIKeyError,
+    ProviderError,
+    ResponseValidationError,
+)
+from llm_kit.pipeline import Items, run_pool
+from llm_kit.progress import ProgressBar
+from llm_kit.providers import MESSAGE_FORMATS, get_codec
+from llm_kit.ratelimit import RateLimiter
+from llm_kit.schema import parse_response, response_schema
+from llm_kit.transport import HttpTransport
+from llm_kit.types import BatchConfig, BatchItem, BatchResult, ImagePart, Message, Usage
+
+# Keys tried in order when api_key is None.
+_KEY_ENV = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+}
+_DEFAULT_OUTPUT_ESTIMATE = 256  # tokens reserved for the answer when max_tokens is unset
+_IMAGE_TOKEN_ESTIMATE = 800
+
+
+class LLM:
+    """A model you can send one request or a million to.
+
+    ``message_format`` picks the wire format: ``openai`` (also any OpenAI-compatible server
+    through ``base_url``), ``anthropic``, ``gemini`` or ``local`` (the embedded CPU model).
+    The key comes from ``api_key`` or the provider's environment variable; it is kept in
+    memory only, never written anywhere.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        message_format: str = "openai",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+        stop: str | list[str] | None = None,
+        sampling: dict[str, Any] | None = None,
+        config: BatchConfig | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if message_format not in MESSAGE_FORMATS:
+            raise ConfigError(
+                f"unknown message_format {message_format!r}; use one of: "
+                f"{', '.join(MESSAGE_FORMATS)}"
+            )
+        if not model:
+            raise ConfigError("LLM(model=...) is required: name the model to call")
+        self.model = model
+        self.message_format = message_format
+        self.config = config or BatchConfig()
+        defaults = {
+            "temperature": temperature,
+            "top_p": top_p,
+            "max_tokens": max_tokens,
+            "seed": seed,
+            "stop": stop,
+        }
+        self.sampling: dict[str, Any] = {
+            k: v for k, v in {**defaults, **(sampling or {})}.items() if v is not None
+        }
+        self._extra_headers = dict(headers or {})
+        self.limiter = RateLimiter(self.config.rpm, self.config.tpm)
+        self._backend: Backend | None = None
+        self._backend_loop: asyncio.AbstractEventLoop | None = None
+        if message_format == "local":
+            self.base_url = None
+            self._api_key: str | None = None
+        else:
+            codec = get_codec(message_format)
+            self.base_url = base_url or codec.default_base_url
+            self._api_key = api_key or _key_from_env(message_format)
+            if not self._api_key and base_url is None:
+                names = " or ".join(_KEY_ENV[message_format])
+                raise MissingAPIKeyError(
+                    f"no API key for {message_format}: set {names} in the environment "
+                    "or pass api_key=..."
+                )
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"LLM(model={self.model!r}, message_format={self.message_format!r})"
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def _get_backend(self) -> Backend:
+        loop = asyncio.get_running_loop()
+        if self._backend is None or self._backend_loop is not loop:
+            self._backend = self._make_backend()
+            self._backend_loop = loop
+        return self._backend
+
+    def _make_backend(self) -> Backend:
+        if self.message_format == "local":
+            path = self.model if self.model.endswith(".gguf") else None
+            return LocalBackend(path)
+        codec = get_codec(self.message_format)
+        auth = codec.auth_headers(self._api_key) if self._api_key else {}
+        transport = HttpTransport(
+            self.base_url or codec.default_base_url,
+            {**auth, **self._extra_headers},
+            max_connections=self.config.worker_concurrency,
+            request_timeout=self.config.request_timeout,
+            connect_timeout=self.config.connect_timeout,
+        )
+        return HttpBackend(codec, self.model, transport, self.limiter)
+
+    async def aclose(self) -> None:
+        if self._backend is not None:
+            await self._backend.aclose()
+            self._backend = None
+
+    async def __aenter__(self) -> LLM:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- one request ------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        messages: str | list[Message] | list[dict[str, Any]],
+        *,
+        response_model: type[BaseModel] | None = None,
+        **sampling: Any,
+    ) -> Any:
+        """One request with retries: the text, or the validated ``response_model`` instance."""
+        if isinstance(messages, str):
+            messages = [Message.user(messages)]
+        conversation = [Message.coerce(m) for m in messages]
+        item = BatchItem("complete", conversation, response_model, sampling=sampling or None)
+        result = await self.run_item(item)
+        if not result.ok:
+            raise CompletionError(result)
+        return result.response
+
+    async def run_item(self, item: BatchItem) -> BatchResult:
+        """Send one item with retries, pacing and validation; never raises for the item's
+        own failure (it becomes the result's error), only for a fatal one (a rejected key)."""
+        backend = self._get_backend()
+        config = self.config
+        sampling = {**self.sampling, **item.sampling} if item.sampling else self.sampling
+        try:
+            schema = response_schema(item.response_model) if item.response_model else None
+        except ItemError as exc:
+            return _failure(item, str(exc), "invalid_item", retryable=False, attempts=0)
+        estimate = _estimate_tokens(item, sampling) if self.limiter.tpm else 0
+        usage = Usage()
+        attempts = validation_failures = 0
+        while True:
+            attempts += 1
+            reserved = await self.limiter.acquire(estimate)
+            try:
+                completion = await backend.complete(item.messages, sampling, schema)
+            except ItemError as exc:
+                self.limiter.settle(reserved, 0)
+                return _failure(item, str(exc), "invalid_item", retryable=False, attempts=attempts)
+            except ProviderError as exc:
+                self.limiter.settle(reserved, 0)
+                if exc.status == 401:
+                    raise ProviderError(
+                        f"{exc} - the API key was rejected; check it and run again",
+                        status=401,
+                        kind=exc.kind,
+                    ) from None
+                if not exc.retryable or attempts > config.max_retries:
+                    return _failure(item, str(exc), exc.kind, exc.retryable, attempts, usage)
+                delay = _backoff(config, attempts, exc.retry_after)
+                if exc.status == 429:
+                    self.limiter.cool_down(delay)
+                await asyncio.sleep(delay)
+                continue
+            self.limiter.settle(reserved, completion.usage.total_tokens)
+            usage.input_tokens += completion.usage.input_tokens
+            usage.output_tokens += completion.usage.output_tokens
+            if completion.refusal:
+                return _failure(
+                    item, f"refused: {completion.refusal}", "refusal", False, attempts, usage
+                )
+            if schema is None or item.response_model is None:
+                return BatchResult(
+                    item.id,
+                    True,
+                    completion.text,
+                    usage=usage,
+                    metadata=item.metadata,
+                    attempts=attempts,
+                    finish_reason=completion.finish_reason,
+                )
+            try:
+                parsed = parse_response(completion.text, item.response_model)
+            except ResponseValidationError as exc:
+                if validation_failures < config.validation_retries:
+                    validation_failures += 1
+                    continue
+                return _failure(item, str(exc), "validation", True, attempts, usage)
+            return BatchResult(
+                item.id,
+                True,
+                parsed,
+                usage=usage,
+                metadata=item.metadata,
+                attempts=attempts,
+                finish_reason=completion.finish_reason,
+            )
+
+    # -- the three sinks --------------------------------------------------------------------
+
+    async def batch_stream(
+        self, items: Items, *, progress: bool = False
+    ) -> AsyncIterator[BatchResult]:
+        """Yield a BatchResult per item as each completes (completion order, not input order)."""
+        async for result in self._results(items, progress=progress):
+            yield result
+
+    async def batch_to_jsonl(
+        self,
+        items: Items,
+        path: str | os.PathLike[str],
+        *,
+        resume: bool = False,
+        retry_failed: bool = False,
+        progress: bool = False,
+    ) -> int:
+        """Write one JSON line per finished item to ``path``; return how many were written.
+
+        ``resume=True`` skips the ids the file already holds (the file is the checkpoint; a
+        torn last line from a crash is cut first). ``retry_failed=True`` also runs again the
+        items whose recorded error is retryable, and keeps only their newest line.
+        """
+        out = Path(path)
+        checkpoint = jsonl.Checkpoint()
+        if out.exists() and out.stat().st_size > 0:
+            if not (resume or retry_failed):
+                raise ConfigError(
+                    f"{out} already holds results; pass resume=True to skip the items it "
+                    "holds, or remove the file to start over"
+                )
+            checkpoint = jsonl.scan(out)
+        skip_ids = checkpoint.done - checkpoint.retryable if retry_failed else checkpoint.done
+        written = 0
+        with jsonl.JsonlWriter(out) as writer:
+            async for _ in self._results(
+                items, progress=progress, skip=skip_ids, record=writer.write
+            ):
+                written += 1
+        retried = checkpoint.retryable & checkpoint.done if retry_failed else set()
+        if retried:
+            jsonl.drop_superseded(out, retried)
+        return written
+
+    async def batch_to_callback(
+        self,
+        items: Items,
+        callback: Callable[[BatchResult], Any | Awaitable[Any]],
+        *,
+        progress: bool = False,
+    ) -> int:
+        """Call ``callback(result)`` (sync or async) for each result; return how many."""
+        count = 0
+        async for result in self._results(items, progress=progress):
+            outcome = callback(result)
+            if inspect.isawaitable(outcome):
+                await outcome
+            count += 1
+        return count
+
+    async def _results(
+        self,
+        items: Items,
+        *,
+        progress: bool,
+        skip: set[str] | None = None,
+        record: Callable[[BatchResult], None] | None = None,
+    ) -> AsyncIterator[BatchResult]:
+        """The core loop shared by the sinks: pool, progress, recording, fail-fast."""
+        config = self.config
+        total = max(0, len(items) - len(skip or ())) if isinstance(items, Sized) else None
+        skip_fn = (lambda item: item.id in skip) if skip else None
+        with ProgressBar(total, enabled=progress) as bar:
+            async for result in run_pool(
+                items,
+                self.run_item,
+                workers=config.worker_concurrency,
+                buffer_size=config.input_buffer_size,
+                skip=skip_fn,
+            ):
+                if record is not None:
+                    record(result)
+                bar.advance(result.ok)
+                if not result.ok and config.on_failure == "raise":
+                    raise BatchItemFailed(result.id, result.error or "unknown error")
+                yield result
+
+
+def _key_from_env(message_format: str) -> str | None:
+    for name in _KEY_ENV[message_format]:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def _backoff(config: BatchConfig, attempt: int, server_wait: float | None) -> float:
+    """The server's wait when it gave one, else exponential backoff with full jitter."""
+    if server_wait is not None:
+        return min(server_wait, config.retry_max_delay)
+    ceiling = min(config.retry_max_delay, config.retry_base_delay * 2 ** (attempt - 1))
+    return ceiling * (0.5 + random.random() / 2)
+
+
+def _estimate_tokens(item: BatchItem, sampling: dict[str, Any]) -> int:
+    """A cheap upper-ish estimate for the TPM reservation: ~4 characters a token."""
+    chars = images = 0
+    for message in item.messages:
+        for part in message.content:
+            if isinstance(part, ImagePart):
+                images += 1
+            else:
+                chars += len(part.text)
+    output = sampling.get("max_tokens") or sampling.get("max_completion_tokens")
+    return chars // 4 + 1 + images * _IMAGE_TOKEN_ESTIMATE + int(output or _DEFAULT_OUTPUT_ESTIMATE)
+
+
+def _failure(
+    item: BatchItem,
+    error: str,
+    kind: str,
+    retryable: bool,
+    attempts: int,
+    usage: Usage | None = None,
+) -> BatchResult:
+    return BatchResult(
+        item.id,
+        False,
+        error=error,
+        error_kind=kind,
+        retryable=retryable,
+        usage=usage if usage and usage.total_tokens else None,
+        metadata=item.metadata,
+        attempts=attempts,
+    )
+
+
+__all__ = ["LLM"]

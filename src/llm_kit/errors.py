@@ -1,0 +1,68 @@
+"""Exceptions. Each message is one readable sentence that says what to do next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LLMKitError(Exception):
+    """Base class of every error llm_kit raises on purpose."""
+
+
+class ConfigError(LLMKitError, ValueError):
+    """The client or an item was set up wrongly: fix the call, then run again."""
+
+
+class MissingAPIKeyError(ConfigError):
+    """No API key was given and the provider's environment variable is unset."""
+
+
+class ItemError(LLMKitError):
+    """One item cannot be sent as it is (unreadable image, unsupported type, bad schema).
+
+    It is recorded as that item's error; the batch goes on.
+    """
+
+
+class ProviderError(LLMKitError):
+    """The provider answered with an error, or could not be reached.
+
+    ``retryable`` says whether sending the same request again may succeed;
+    ``retry_after`` is the server's requested wait in seconds, when it gave one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        kind: str = "provider_error",
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class ResponseValidationError(LLMKitError):
+    """The model's answer did not parse or did not match the item's ``response_model``."""
+
+
+class CompletionError(LLMKitError):
+    """``LLM.complete`` failed; ``result`` is the BatchResult with the error and its kind."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__(result.error or "the request failed")
+        self.result = result
+
+
+class BatchItemFailed(LLMKitError):
+    """Raised by the pipeline when ``BatchConfig.on_failure == "raise"`` and an item failed."""
+
+    def __init__(self, item_id: str, error: str) -> None:
+        super().__init__(f"item {item_id!r} failed: {error}")
+        self.item_id = item_id
+        self.error = error

@@ -1,0 +1,141 @@
+"""The JSONL sink: one complete line per finished item. The output file is the checkpoint."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from llm_kit.types import BatchResult
+
+# Lines are written with these keys first, so the resume scan reads them without parsing
+# the (possibly long) response. Anything else falls back to a full parse.
+_HEAD = re.compile(rb'^\{"id":("(?:[^"\\]|\\.)*"),"ok":(true|false),"retryable":(true|false)')
+
+
+@dataclass
+class Checkpoint:
+    """What an existing output file already holds."""
+
+    done: set[str] = field(default_factory=set)  # ids with a final record (success or not)
+    retryable: set[str] = field(default_factory=set)  # ids whose last record is a retryable error
+    repaired_bytes: int = 0  # size of a torn last line that was cut off
+
+
+def repair_torn_tail(path: Path) -> int:
+    """Cut a last line that a crash left without its newline; return the bytes removed."""
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        # Walk back to the previous newline in blocks.
+        end = size
+        while end > 0:
+            start = max(0, end - 65536)
+            f.seek(start)
+            block = f.read(end - start)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                keep = start + cut + 1
+                f.truncate(keep)
+                return size - keep
+            end = start
+        f.truncate(0)
+        return size
+
+
+def scan(path: Path) -> Checkpoint:
+    """Read the ids already in ``path`` (repairing a torn last line first)."""
+    checkpoint = Checkpoint()
+    if not path.exists():
+        return checkpoint
+    checkpoint.repaired_bytes = repair_torn_tail(path)
+    done, retryable = checkpoint.done, checkpoint.retryable
+    with open(path, "rb") as f:
+        for line in f:
+            head = _read_head(line)
+            if head is None:
+                continue  # a blank or foreign line: not ours to judge
+            item_id, ok, can_retry = head
+            done.add(item_id)
+            if not ok and can_retry:
+                retryable.add(item_id)
+            else:
+                retryable.discard(item_id)
+    return checkpoint
+
+
+def _read_head(line: bytes) -> tuple[str, bool, bool] | None:
+    """(id, ok, retryable) of one output line, or None for a line that is not a result."""
+    head = _HEAD.match(line)
+    if head is not None:
+        raw_id, ok, can_retry = head.groups()
+        item_id = raw_id[1:-1].decode() if b"\\" not in raw_id else orjson.loads(raw_id)
+        return item_id, ok == b"true", can_retry == b"true"
+    try:
+        record = orjson.loads(line)
+        return str(record["id"]), bool(record.get("ok")), bool(record.get("retryable"))
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def encode_line(result: BatchResult) -> bytes:
+    return orjson.dumps(result.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
+
+
+class JsonlWriter:
+    """Appends results; each line reaches the OS in one write() so a crash cannot tear it."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, result: BatchResult) -> None:
+        os.write(self._fd, encode_line(result))
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def drop_superseded(path: Path, retried: set[str]) -> int:
+    """Remove the earlier lines of ids in ``retried`` that now have a later record.
+
+    Used after retrying failed items: the file keeps one line per id (the newest). Rewritten to
+    a temporary file and renamed over the original, so a crash leaves one or the other whole.
+    """
+    last_line: dict[str, int] = {}
+    with open(path, "rb") as f:
+        for number, line in enumerate(f):
+            item_id = _line_id(line)
+            if item_id in retried:
+                last_line[item_id] = number
+    tmp = path.with_name(path.name + ".compact")
+    dropped = 0
+    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        for number, line in enumerate(src):
+            item_id = _line_id(line)
+            if item_id in retried and last_line.get(item_id) != number:
+                dropped += 1
+                continue
+            dst.write(line)
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(tmp, path)
+    return dropped
+
+
+def _line_id(line: bytes) -> str | None:
+    head = _read_head(line)
+    return head[0] if head else None

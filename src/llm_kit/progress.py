@@ -1,0 +1,65 @@
+"""An optional progress bar for long runs: done, failed, rate and ETA on stderr."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+class ProgressBar:
+    """``with ProgressBar(total) as bar: bar.advance(ok)``; a no-op when disabled."""
+
+    def __init__(self, total: int | None, *, enabled: bool, description: str = "items") -> None:
+        self.failed = 0
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        if enabled:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("[red]{task.fields[failed]} failed"),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self._task = self._progress.add_task(description, total=total, failed=0, rate="")
+
+    def advance(self, ok: bool) -> None:
+        if self._progress is None or self._task is None:
+            return
+        if not ok:
+            self.failed += 1
+        self._progress.advance(self._task)
+        task = self._progress.tasks[0]
+        speed = task.speed
+        self._progress.update(
+            self._task, failed=self.failed, rate=f"{speed:,.1f}/s" if speed else ""
+        )
+
+    def __enter__(self) -> ProgressBar:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._progress is not None:
+            self._progress.stop()

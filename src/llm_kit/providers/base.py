@@ -1,0 +1,162 @@
+"""What every wire format implements: encode a request, decode an answer, classify an error.
+
+A codec is pure (no I/O): the transport sends what it encodes, so the live pipeline and the
+provider batch files share one implementation per provider.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any, ClassVar
+
+import orjson
+
+from llm_kit.errors import ProviderError
+from llm_kit.schema import ResponseSchema
+from llm_kit.types import Message, Usage
+
+# Status codes worth another try (DESIGN.md, provider-wire-formats §5.3).
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+@dataclass(slots=True)
+class Completion:
+    """A decoded answer: the text (JSON text when a schema was requested), usage, stop reason."""
+
+    text: str | None
+    usage: Usage
+    finish_reason: str | None = None
+    refusal: str | None = None
+
+
+@dataclass(slots=True)
+class RateLimitInfo:
+    """What a response's rate-limit headers said; None where a header was absent."""
+
+    limit_requests: int | None = None
+    remaining_requests: int | None = None
+    reset_requests: float | None = None  # seconds until the request budget is full again
+    limit_tokens: int | None = None
+    remaining_tokens: int | None = None
+    reset_tokens: float | None = None
+
+
+class Codec(ABC):
+    """One provider wire format."""
+
+    name: ClassVar[str]
+    env_key: ClassVar[str]
+    default_base_url: ClassVar[str]
+
+    @abstractmethod
+    def path(self, model: str) -> str:
+        """The request path, appended to the base URL."""
+
+    @abstractmethod
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """Headers that carry the key (and any fixed protocol headers)."""
+
+    @abstractmethod
+    def encode(
+        self,
+        model: str,
+        messages: Sequence[Message],
+        sampling: Mapping[str, Any],
+        schema: ResponseSchema | None,
+    ) -> dict[str, Any]:
+        """The JSON body of one request. Raises ItemError for content the provider refuses."""
+
+    @abstractmethod
+    def decode(self, body: Any) -> Completion:
+        """A successful response body → Completion."""
+
+    @abstractmethod
+    def rate_limits(self, headers: Mapping[str, str]) -> RateLimitInfo | None:
+        """Rate-limit headers → RateLimitInfo, or None when the response carried none."""
+
+    def error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
+        """An error response → ProviderError, with retryability and the server's wait."""
+        message, kind = self._error_message(status, body)
+        retryable = status in RETRYABLE_STATUS
+        should_retry = headers.get("x-should-retry")
+        if should_retry == "true":
+            retryable = True
+        elif should_retry == "false":
+            retryable = False
+        if kind == "insufficient_quota":
+            retryable = False
+        return ProviderError(
+            f"{self.name} answered HTTP {status}: {message}",
+            status=status,
+            kind=kind,
+            retryable=retryable,
+            retry_after=retry_after_seconds(headers),
+        )
+
+    def _error_message(self, status: int, body: bytes) -> tuple[str, str]:
+        """(message, kind) from an error body; kind is the provider's code or type."""
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            text = body.decode("utf-8", "replace").strip()[:300]
+            return text or "no message", f"http_{status}"
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict):
+            kind = error.get("code") or error.get("type") or error.get("status")
+            return str(error.get("message") or error), str(kind or f"http_{status}")
+        return str(data)[:300], f"http_{status}"
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: str | None) -> float | None:
+    """Go-style durations ('12ms', '1s', '6m0s', '1h2m3s') or plain seconds → seconds."""
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    total, matched = 0.0, False
+    for number, unit in _DURATION.findall(value):
+        total += float(number) * _UNIT_SECONDS[unit]
+        matched = True
+    return total if matched else None
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """`retry-after-ms` beats `retry-after` (seconds or an HTTP date)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            import time
+
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+
+
+def int_header(headers: Mapping[str, str], name: str) -> int | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    try:
+        return int(float(value))
+    except ValueError:
+        return None

@@ -1,0 +1,88 @@
+"""OpenAI Chat Completions, and every OpenAI-compatible server (vLLM, SGLang, llama.cpp...)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llm_kit.providers.base import Codec, Completion, RateLimitInfo, int_header, parse_duration
+from llm_kit.schema import ResponseSchema
+from llm_kit.types import ImagePart, Message, TextPart, Usage
+
+
+class OpenAICodec(Codec):
+    name = "openai"
+    env_key = "OPENAI_API_KEY"
+    default_base_url = "https://api.openai.com/v1"
+
+    def path(self, model: str) -> str:
+        return "/chat/completions"
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def encode(
+        self,
+        model: str,
+        messages: Sequence[Message],
+        sampling: Mapping[str, Any],
+        schema: ResponseSchema | None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in messages]}
+        # Our sampling names are OpenAI's; extra keys pass through to the body as they are.
+        for key, value in sampling.items():
+            if value is not None:
+                body[key] = value
+        if schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": schema.name,
+                    "strict": schema.strict,
+                    "schema": schema.strict_schema or schema.schema,
+                },
+            }
+        return body
+
+    def decode(self, body: Any) -> Completion:
+        choice = body["choices"][0]
+        message = choice.get("message") or {}
+        usage = body.get("usage") or {}
+        return Completion(
+            text=message.get("content"),
+            usage=Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0),
+            finish_reason=choice.get("finish_reason"),
+            refusal=message.get("refusal"),
+        )
+
+    def rate_limits(self, headers: Mapping[str, str]) -> RateLimitInfo | None:
+        if (
+            "x-ratelimit-limit-requests" not in headers
+            and "x-ratelimit-limit-tokens" not in headers
+        ):
+            return None
+        return RateLimitInfo(
+            limit_requests=int_header(headers, "x-ratelimit-limit-requests"),
+            remaining_requests=int_header(headers, "x-ratelimit-remaining-requests"),
+            reset_requests=parse_duration(headers.get("x-ratelimit-reset-requests")),
+            limit_tokens=int_header(headers, "x-ratelimit-limit-tokens"),
+            remaining_tokens=int_header(headers, "x-ratelimit-remaining-tokens"),
+            reset_tokens=parse_duration(headers.get("x-ratelimit-reset-tokens")),
+        )
+
+
+def _message(message: Message) -> dict[str, Any]:
+    parts = message.content
+    # A text-only message stays a plain string: the most widely supported shape across servers.
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return {"role": message.role, "content": parts[0].text}
+    content: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            content.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            image: dict[str, Any] = {"url": part.resolved_url()}
+            if part.detail:
+                image["detail"] = part.detail
+            content.append({"type": "image_url", "image_url": image})
+    return {"role": message.role, "content": content}

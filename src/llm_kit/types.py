@@ -1,0 +1,243 @@
+"""The values that flow through llm_kit: messages, items, results, usage and configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from llm_kit.errors import ConfigError
+from llm_kit.images import resolve_image_url
+
+Role = Literal["system", "user", "assistant"]
+_ROLES = ("system", "user", "assistant")
+
+
+@dataclass(slots=True, frozen=True)
+class TextPart:
+    text: str
+
+
+@dataclass(slots=True, frozen=True)
+class ImagePart:
+    """An image given as an http(s) URL, a data URL or a local path.
+
+    Local paths are read (and turned into data URLs) only when the request is built, so an
+    unreadable file becomes that item's recorded error instead of stopping the batch.
+    """
+
+    url: str
+    detail: str | None = None
+
+    def resolved_url(self) -> str:
+        return resolve_image_url(self.url)
+
+
+Part = TextPart | ImagePart
+
+
+@dataclass(slots=True, frozen=True)
+class Message:
+    role: Role
+    content: tuple[Part, ...]
+
+    @classmethod
+    def user(cls, text: str = "", image_urls: Iterable[str] | None = None) -> Message:
+        parts: list[Part] = [ImagePart(str(url)) for url in image_urls or ()]
+        if text:
+            parts.append(TextPart(text))
+        if not parts:
+            raise ConfigError("Message.user() needs text or at least one image URL")
+        return cls("user", tuple(parts))
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        return cls("system", (TextPart(text),))
+
+    @classmethod
+    def assistant(cls, text: str) -> Message:
+        return cls("assistant", (TextPart(text),))
+
+    @property
+    def text(self) -> str:
+        """The text parts joined with newlines (images left out)."""
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @classmethod
+    def coerce(cls, value: Any) -> Message:
+        """Accept a Message, or an OpenAI-style dict {"role", "content": str | parts}."""
+        if isinstance(value, Message):
+            return value
+        if isinstance(value, Mapping):
+            role = value.get("role")
+            if role not in _ROLES:
+                raise ConfigError(f"message role must be one of {_ROLES}, got {role!r}")
+            content = value.get("content")
+            if isinstance(content, str):
+                return cls(role, (TextPart(content),))
+            if isinstance(content, list):
+                return cls(role, tuple(_coerce_part(p) for p in content))
+            raise ConfigError("message content must be a string or a list of parts")
+        raise ConfigError(
+            f"a message must be a llm_kit.Message or a dict with 'role' and 'content', "
+            f"got {type(value).__name__}"
+        )
+
+
+def _coerce_part(part: Any) -> Part:
+    if isinstance(part, TextPart | ImagePart):
+        return part
+    if isinstance(part, str):
+        return TextPart(part)
+    if isinstance(part, Mapping):
+        if part.get("type") == "text":
+            return TextPart(str(part.get("text", "")))
+        if part.get("type") == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            detail = image.get("detail") if isinstance(image, Mapping) else None
+            if isinstance(url, str):
+                return ImagePart(url, detail)
+    raise ConfigError(f"unsupported message part {part!r}: use text or image_url parts")
+
+
+@dataclass(slots=True)
+class BatchItem:
+    """One request of a batch: an id, the conversation, and optionally a Pydantic schema.
+
+    ``sampling`` overrides the client's sampling defaults for this item only
+    (e.g. ``{"max_tokens": 64}``). ``metadata`` travels to the result untouched and must be
+    JSON-serialisable.
+    """
+
+    id: str
+    messages: list[Message]
+    response_model: type[BaseModel] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    sampling: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.id, int) and not isinstance(self.id, bool):
+            self.id = str(self.id)
+        if not isinstance(self.id, str) or not self.id:
+            raise ConfigError(f"BatchItem.id must be a non-empty string, got {self.id!r}")
+        if isinstance(self.messages, Message | Mapping) or not isinstance(self.messages, list):
+            raise ConfigError(f"BatchItem {self.id!r}: messages must be a list of messages")
+        if not self.messages:
+            raise ConfigError(f"BatchItem {self.id!r}: messages is empty")
+        if not all(type(m) is Message for m in self.messages):
+            self.messages = [Message.coerce(m) for m in self.messages]
+        model = self.response_model
+        if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise ConfigError(
+                f"BatchItem {self.id!r}: response_model must be a pydantic BaseModel subclass, "
+                f"got {model!r}"
+            )
+        if self.metadata:
+            try:
+                orjson.dumps(self.metadata)
+            except TypeError as exc:
+                raise ConfigError(
+                    f"BatchItem {self.id!r}: metadata must be JSON-serialisable ({exc})"
+                ) from None
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """The outcome of one item: ``ok`` with a ``response``, or not ok with an ``error``.
+
+    ``response`` is the text, or the validated ``response_model`` instance when the item had
+    one. ``error_kind`` names the failure (``rate_limit``, ``http_400``, ``validation`` ...) and
+    ``retryable`` says whether running the item again may succeed.
+    """
+
+    id: str
+    ok: bool
+    response: Any = None
+    error: str | None = None
+    usage: Usage | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    error_kind: str | None = None
+    retryable: bool = False
+    attempts: int = 1
+    finish_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        response = self.response
+        if isinstance(response, BaseModel):
+            response = response.model_dump(mode="json")
+        # id, ok and retryable lead: the resume scan reads them without parsing the rest.
+        return {
+            "id": self.id,
+            "ok": self.ok,
+            "retryable": self.retryable,
+            "response": response,
+            "error": self.error,
+            "error_kind": self.error_kind,
+            "usage": None
+            if self.usage is None
+            else {
+                "input_tokens": self.usage.input_tokens,
+                "output_tokens": self.usage.output_tokens,
+            },
+            "finish_reason": self.finish_reason,
+            "attempts": self.attempts,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BatchResult:
+        usage = data.get("usage")
+        return cls(
+            id=data["id"],
+            ok=bool(data["ok"]),
+            response=data.get("response"),
+            error=data.get("error"),
+            usage=Usage(**usage) if usage else None,
+            metadata=data.get("metadata") or {},
+            error_kind=data.get("error_kind"),
+            retryable=bool(data.get("retryable", False)),
+            attempts=int(data.get("attempts", 1)),
+            finish_reason=data.get("finish_reason"),
+        )
+
+
+class BatchConfig(BaseModel):
+    """How the live pipeline runs. Memory is O(worker_concurrency + input_buffer_size)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    worker_concurrency: int = Field(64, ge=1, description="requests in flight at once")
+    input_buffer_size: int = Field(1024, ge=1, description="items read ahead of the workers")
+    on_failure: Literal["record", "raise"] = Field(
+        "record", description="record: a failed item becomes BatchResult(error=...); raise: stop"
+    )
+    max_retries: int = Field(6, ge=0, description="retries of a retryable failure per item")
+    retry_base_delay: float = Field(0.5, gt=0, description="first backoff, seconds")
+    retry_max_delay: float = Field(60.0, gt=0, description="longest backoff or server wait")
+    validation_retries: int = Field(
+        2, ge=0, description="new attempts when the answer fails response_model validation"
+    )
+    request_timeout: float = Field(120.0, gt=0, description="seconds for one attempt")
+    connect_timeout: float = Field(10.0, gt=0, description="seconds to open a connection")
+    rpm: int | None = Field(None, ge=1, description="requests per minute budget")
+    tpm: int | None = Field(None, ge=1, description="tokens per minute budget")
+
+    @model_validator(mode="after")
+    def _check_delays(self) -> BatchConfig:
+        if self.retry_max_delay < self.retry_base_delay:
+            raise ValueError("retry_max_delay must be at least retry_base_delay")
+        return self
