@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,9 +10,12 @@ import orjson
 
 from llm_kit.types import BatchResult
 
-# Lines are written with these keys first, so the resume scan reads them without parsing
-# the (possibly long) response. Anything else falls back to a full parse.
-_HEAD = re.compile(rb'^\{"id":("(?:[^"\\]|\\.)*"),"ok":(true|false),"retryable":(true|false)')
+# Lines are written as {"id":"...","ok":true|false,"retryable":true|false,...} so that the
+# resume scan can read those three fields with byte slicing instead of parsing whole lines
+# (which may carry long responses). Any other shape falls back to a full parse.
+_ID_PREFIX = b'{"id":"'
+_OK_KEY = b'","ok":'
+_TRUE = ord("t")
 
 
 @dataclass
@@ -73,11 +75,13 @@ def scan(path: Path) -> Checkpoint:
 
 def _read_head(line: bytes) -> tuple[str, bool, bool] | None:
     """(id, ok, retryable) of one output line, or None for a line that is not a result."""
-    head = _HEAD.match(line)
-    if head is not None:
-        raw_id, ok, can_retry = head.groups()
-        item_id = raw_id[1:-1].decode() if b"\\" not in raw_id else orjson.loads(raw_id)
-        return item_id, ok == b"true", can_retry == b"true"
+    end = line.find(_OK_KEY, 7)
+    if end > 0 and line.startswith(_ID_PREFIX):
+        raw = line[7:end]
+        if b"\\" not in raw:
+            ok = line[end + 7] == _TRUE
+            # ',"retryable":' follows 'true' (4 bytes) or 'false' (5 bytes).
+            return raw.decode(), ok, line[end + (24 if ok else 25)] == _TRUE
     try:
         record = orjson.loads(line)
         return str(record["id"]), bool(record.get("ok")), bool(record.get("retryable"))
