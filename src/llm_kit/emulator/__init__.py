@@ -1,0 +1,27 @@
+"""A local HTTP server that speaks the OpenAI, Anthropic and Gemini live wire formats.
+
+Faithful enough for the official SDKs, fast enough for benchmarks, with configurable latency,
+per-minute budgets that answer 429 with real headers, and injected faults::
+
+    from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
+
+    with running_emulator(EmulatorConfig(faults=Faults(rate_500=0.1), seed=1)) as emu:
+        client = openai.OpenAI(base_url=emu.openai_base_url, api_key="test")
+
+From a shell: ``mmirage emulate --port 8000`` or ``python -m llm_kit.emulator --port 8000``.
+"""
+
+from llm_kit.emulator.config import EmulatorConfig, Faults
+from llm_kit.emulator.runner import EmulatorHandle, emulator_in_loop, ready_line, running_emulator
+from llm_kit.emulator.server import create_app, serve
+
+__all__ = [
+    "EmulatorConfig",
+    "EmulatorHandle",
+    "Faults",
+    "create_app",
+    "emulator_in_loop",
+    "ready_line",
+    "running_emulator",
+    "serve",
+]

@@ -1,0 +1,61 @@
+"""``python -m llm_kit.emulator``: serve the provider emulator until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from llm_kit.emulator.config import RESPONDERS, EmulatorConfig
+from llm_kit.emulator.runner import ready_line
+from llm_kit.emulator.server import serve
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m llm_kit.emulator",
+        description="Serve the OpenAI, Anthropic and Gemini live APIs locally.",
+    )
+    add = parser.add_argument
+    add("--host", default="127.0.0.1")
+    add("--port", type=int, default=8000, help="0 picks a free port")
+    add("--latency", type=float, help="seconds added to every answer")
+    add("--latency-jitter", type=float, help="up to this many extra seconds, at random")
+    add("--rpm", type=int, help="requests per minute per provider family")
+    add("--tpm", type=int, help="tokens per minute per provider family")
+    for code in ("429", "500", "503", "529"):
+        add(f"--fault-{code}", type=float, help=f"share of requests answered {code}")
+    add("--fault-reset", type=float, help="share of connections closed without an answer")
+    add("--fault-hang", type=float, help="share of requests that hang --hang-seconds")
+    add("--fault-insufficient-quota", type=float, help="share answered 429 insufficient_quota")
+    add("--hang-seconds", type=float, help="how long a hung request hangs (default 600)")
+    add("--retry-after", type=float, help="retry-after of injected 429s (default 1.0)")
+    add("--responder", choices=RESPONDERS, help="echo (default) or local (embedded model)")
+    add("--seed", type=int, help="seed of the fault and jitter draws")
+    add("--workers", type=int, help="processes sharing the port (SO_REUSEPORT)")
+    add(
+        "--record-times",
+        action="store_true",
+        default=None,
+        help="keep admission times in /_emulator/stats",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = vars(_parser().parse_args(argv))
+    host, port = args.pop("host"), args.pop("port")
+    try:
+        config = EmulatorConfig.from_options(**args)
+    except (TypeError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        serve(host, port, config, ready=lambda bound: print(ready_line(host, bound), flush=True))
+    except (RuntimeError, OSError) as exc:  # a busy port, the local model missing, ...
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Where the emulator's answers come from: a deterministic echo, or the embedded local model.
+
+Each provider module turns its request into a neutral ``Prompt`` and a ``Reply`` back into its
+own response shape, so a responder never sees a wire format.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from llm_kit.emulator.config import ResponderName
+from llm_kit.emulator.errors import RequestError
+from llm_kit.emulator.schema_value import to_json_schema, value_for_schema
+from llm_kit.errors import ItemError
+
+DEFAULT_MAX_TOKENS = 256  # when a request sets none (OpenAI, Gemini)
+IMAGE_TOKENS = 85  # a flat, cheap estimate per image
+_ECHO_CHARS = 200
+_INSTALL_LOCAL = "pip install 'mmirage[local]'"
+
+
+@dataclass(slots=True)
+class Prompt:
+    """A request, provider-neutral. ``messages`` are OpenAI chat messages with text content."""
+
+    model: str
+    messages: list[dict[str, str]]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    schema: dict[str, Any] | None = None  # JSON Schema, or Gemini's OpenAPI flavour
+    json_mode: bool = False  # any JSON object (OpenAI json_object, Gemini JSON mime type)
+    tool: str | None = None  # a tool the answer must call (Anthropic's forced tool_use)
+    chars: int = 0  # text characters in the request, for the token estimate
+    images: int = 0
+
+    @property
+    def input_tokens(self) -> int:
+        return self.chars // 4 + 1 + IMAGE_TOKENS * self.images
+
+    @property
+    def token_cost(self) -> int:
+        """What a TPM budget charges up front: the input estimate plus the output cap."""
+        return self.input_tokens + (self.max_tokens or DEFAULT_MAX_TOKENS)
+
+    def last_user_text(self) -> str:
+        for message in reversed(self.messages):
+            if message["role"] == "user":
+                return message["content"]
+        return self.messages[-1]["content"] if self.messages else ""
+
+
+@dataclass(slots=True)
+class Reply:
+    """An answer: ``text``, and ``value`` (the parsed JSON) when the prompt asked for JSON."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    value: Any = None
+    truncated: bool = False  # stopped by max_tokens
+
+
+class Responder(Protocol):
+    async def respond(self, prompt: Prompt) -> Reply: ...
+
+
+class EchoResponder:
+    """ "echo: <last user text>", or a schema-valid JSON value built around that text."""
+
+    async def respond(self, prompt: Prompt) -> Reply:
+        echo = "echo: " + prompt.last_user_text()[:_ECHO_CHARS]
+        value: Any = None
+        truncated = False
+        if prompt.schema is not None:
+            value = value_for_schema(prompt.schema, echo[:64])
+            text = orjson.dumps(value).decode()
+        elif prompt.json_mode:
+            value = {"echo": echo}
+            text = orjson.dumps(value).decode()
+        else:
+            text = echo
+            limit = 4 * (prompt.max_tokens or DEFAULT_MAX_TOKENS)
+            if len(text) > limit:
+                text, truncated = text[:limit], True
+        return Reply(text, prompt.input_tokens, len(text) // 4 + 1, value, truncated)
+
+
+class LocalResponder:
+    """The embedded llama.cpp model (``llm_kit.local``): real, slow, offline answers."""
+
+    def __init__(self) -> None:
+        try:
+            module = importlib.import_module("llm_kit.local")
+            self._engine: Any = module.LocalEngine.shared()
+        except ImportError as exc:
+            raise RuntimeError(
+                f"the 'local' responder needs the embedded model: {_INSTALL_LOCAL} ({exc})"
+            ) from exc
+        try:
+            # Load now, so that a missing model fails at start rather than on every request.
+            self._engine.load()
+        except Exception as exc:
+            raise RuntimeError(f"the 'local' responder cannot start: {exc}") from exc
+
+    async def respond(self, prompt: Prompt) -> Reply:
+        schema = None
+        if prompt.schema is not None:
+            schema = to_json_schema(prompt.schema)
+        elif prompt.json_mode:
+            schema = {"type": "object"}
+        try:
+            completion = await self._engine.complete(
+                prompt.messages,
+                max_tokens=prompt.max_tokens,
+                temperature=prompt.temperature,
+                json_schema=schema,
+            )
+        except ItemError as exc:  # e.g. a prompt longer than the context window
+            raise RequestError(str(exc)) from None
+        text = completion.text or ""
+        value = None
+        if schema is not None:
+            try:
+                value = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                value = None
+        return Reply(
+            text,
+            completion.usage.input_tokens,
+            completion.usage.output_tokens,
+            value,
+            truncated=completion.finish_reason in ("length", "max_tokens"),
+        )
+
+
+def make_responder(name: ResponderName) -> Responder:
+    """The responder a config names; the local one fails here, at start, when not installed."""
+    if name == "local":
+        return LocalResponder()
+    return EchoResponder()

@@ -1,0 +1,100 @@
+"""What one emulator process holds while it runs: config, responder, budgets, faults, stats."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import random
+import time
+from typing import Any
+
+from llm_kit.emulator.config import EmulatorConfig
+from llm_kit.emulator.faults import FaultInjector
+from llm_kit.emulator.limits import FamilyLimiter
+from llm_kit.emulator.responder import Responder, make_responder
+
+FAMILIES = ("openai", "anthropic", "gemini")
+
+
+class Stats:
+    """Counters for tests and benchmarks. Per process: with several workers, each has its own.
+
+    ``status`` counts answers by HTTP status, plus ``"reset"`` for dropped connections;
+    ``times`` (only when ``record_times``) holds the wall-clock time of every request admitted
+    past the rate limiter.
+    """
+
+    __slots__ = ("families", "record_times", "requests", "started", "status", "times")
+
+    def __init__(self, record_times: bool) -> None:
+        self.record_times = record_times
+        self.reset()
+
+    def reset(self) -> None:
+        self.requests = 0
+        self.status: dict[str, int] = {}
+        self.families: dict[str, int] = {}
+        self.times: list[float] = []
+        self.started = time.time()
+
+    def count(self, family: str, status: int | str) -> None:
+        self.requests += 1
+        key = str(status)
+        self.status[key] = self.status.get(key, 0) + 1
+        self.families[family] = self.families.get(family, 0) + 1
+
+    def snapshot(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "pid": os.getpid(),
+            "requests": self.requests,
+            "status": dict(self.status),
+            "families": dict(self.families),
+            "started": self.started,
+        }
+        if self.record_times:
+            out["times"] = list(self.times)
+        return out
+
+
+class EmulatorState:
+    """Shared by every route of one app; only ever touched from the app's event loop."""
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.config = config
+        self.responder: Responder = make_responder(config.responder)
+        self.faults = FaultInjector(config.faults, config.seed)
+        self.stats = Stats(config.record_times)
+        self._latency_rng = random.Random(None if config.seed is None else config.seed + 1)
+        self._ids = itertools.count(1)
+        self._id_prefix = f"{os.getpid():x}"
+        self._stopping = asyncio.Event()
+        limited = config.rpm is not None or config.tpm is not None
+        self.limiters: dict[str, FamilyLimiter | None] = {
+            family: FamilyLimiter(config.rpm, config.tpm) if limited else None
+            for family in FAMILIES
+        }
+
+    def new_id(self) -> str:
+        """Unique within the process run, cheap, and readable in logs."""
+        return f"{self._id_prefix}{next(self._ids):08x}"
+
+    def latency(self) -> float:
+        config = self.config
+        if config.latency_jitter_s > 0:
+            return config.latency_s + self._latency_rng.random() * config.latency_jitter_s
+        return config.latency_s
+
+    async def hang(self) -> bool:
+        """Sleep the injected hang; False when the server began stopping meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), self.config.faults.hang_s)
+            return False
+        return True
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def reset_stats(self) -> None:
+        self.stats.reset()

@@ -1,0 +1,119 @@
+"""The ``mmirage`` command line. Exit codes: 0 ok, 1 the work failed, 2 usage or config error."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="WARNING",
+    show_default=True,
+    help="How much to log; DEBUG also shows tracebacks.",
+)
+def main(log_level: str) -> None:
+    """Push datasets through LLMs: live, through provider batch APIs, or locally."""
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _rate(name: str, what: str) -> click.Option:
+    return click.Option(
+        [f"--{name}"], type=click.FloatRange(0.0, 1.0), default=None, help=f"Share of {what}."
+    )
+
+
+# Declared once as a list so that the command reads like its --help.
+_EMULATE_FAULT_OPTIONS = [
+    _rate("fault-429", "requests answered 429 with retry-after"),
+    _rate("fault-500", "requests answered 500"),
+    _rate("fault-503", "requests answered 503"),
+    _rate("fault-529", "requests answered 529 (overloaded)"),
+    _rate("fault-reset", "connections closed without an answer"),
+    _rate("fault-hang", "requests that hang --hang-seconds"),
+    _rate("fault-insufficient-quota", "requests answered 429 insufficient_quota"),
+]
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8000,
+    show_default=True,
+    help="Port to listen on (0: a free one).",
+)
+@click.option(
+    "--latency", type=click.FloatRange(min=0), default=None, help="Seconds added to every answer."
+)
+@click.option(
+    "--latency-jitter",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Up to this many extra seconds, at random.",
+)
+@click.option(
+    "--rpm",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Requests per minute per provider; 429 beyond.",
+)
+@click.option(
+    "--tpm",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Tokens per minute per provider; 429 beyond.",
+)
+@click.option(
+    "--hang-seconds",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="How long a hung request hangs [default: 600].",
+)
+@click.option(
+    "--retry-after",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="retry-after of injected 429s, seconds [default: 1].",
+)
+@click.option(
+    "--responder",
+    type=click.Choice(["echo", "local"]),
+    default="echo",
+    show_default=True,
+    help="echo: deterministic, schema-valid; local: embedded model.",
+)
+@click.option("--seed", type=int, default=None, help="Seed of the fault and jitter draws.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes sharing the port (SO_REUSEPORT); stats are per process.",
+)
+def emulate(host: str, port: int, **options: object) -> None:
+    """Serve the OpenAI, Anthropic and Gemini APIs locally, until Ctrl-C or SIGTERM."""
+    from llm_kit.emulator import EmulatorConfig, ready_line, serve
+
+    try:
+        config = EmulatorConfig.from_options(**options)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        serve(host, port, config, ready=lambda bound: click.echo(ready_line(host, bound)))
+    except RuntimeError as exc:  # e.g. the local responder without its extra installed
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+
+
+emulate.params.extend(_EMULATE_FAULT_OPTIONS)
