@@ -10,13 +10,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 
-# Stamps re-run the install when pyproject.toml changes.
-$(VENV)/.local-installed: pyproject.toml | $(PY)
-	$(PIP) install -e '.[local]'
+# Stamps re-run the install when pyproject.toml changes. llama-cpp-python is installed by
+# scripts/install-local.sh, which builds it portably and checks that it runs on this CPU.
+$(VENV)/.local-installed: pyproject.toml scripts/install-local.sh | $(PY)
+	scripts/install-local.sh $(PY) local
 	touch $@
 
-$(VENV)/.dev-installed: pyproject.toml | $(PY)
-	$(PIP) install -e '.[dev,local]'
+$(VENV)/.dev-installed: pyproject.toml scripts/install-local.sh | $(PY)
+	scripts/install-local.sh $(PY) dev,local
 	touch $@ $(VENV)/.local-installed
 
 demo: $(VENV)/.local-installed

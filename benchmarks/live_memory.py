@@ -7,14 +7,13 @@ Each size runs in its own process (so each peak is its own), against one emulato
 from __future__ import annotations
 
 import argparse
-import asyncio
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import peak_rss_mb, report
+from _common import peak_rss_mb, report, run_async
 
 
 async def child(base_url: str, n: int, out: str, concurrency: int) -> None:
@@ -48,7 +47,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         base_url, n, out, concurrency = args.child
-        asyncio.run(child(base_url, int(n), out, int(concurrency)))
+        run_async(child(base_url, int(n), out, int(concurrency)))
         return
 
     from llm_kit.emulator import EmulatorConfig, running_emulator

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from _common import report
+from _common import report, run_async
 from llm_kit import LLM, BatchConfig, BatchItem, Message
 from llm_kit.emulator import EmulatorConfig, running_emulator
 
@@ -95,4 +95,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_async(main())

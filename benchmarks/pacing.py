@@ -8,12 +8,11 @@ from the headers and the 429s, then with `BatchConfig(rpm=600)`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import bisect
 import time
 from typing import Any
 
-from _common import report
+from _common import report, run_async
 from llm_kit import LLM, BatchConfig, BatchItem, Message
 from llm_kit.emulator import EmulatorConfig, running_emulator
 
@@ -69,4 +68,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_async(main())

@@ -82,11 +82,10 @@ class LocalBackend(Backend):
         sampling: Mapping[str, Any],
         schema: ResponseSchema | None,
     ) -> Completion:
-        chat = [{"role": m.role, "content": m.text} for m in messages]
         max_tokens = sampling.get("max_tokens") or sampling.get("max_completion_tokens")
         stop = sampling.get("stop")
         return await self.engine.complete(
-            chat,
+            messages,
             max_tokens=max_tokens,
             temperature=sampling.get("temperature"),
             top_p=sampling.get("top_p"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import os
 import random
@@ -93,6 +94,7 @@ class LLM:
         if message_format == "local":
             self.base_url = None
             self._api_key: str | None = None
+            self._local_model_path = _local_model_path(model)
         else:
             codec = get_codec(message_format)
             self.base_url = base_url or codec.default_base_url
@@ -118,8 +120,7 @@ class LLM:
 
     def _make_backend(self) -> Backend:
         if self.message_format == "local":
-            path = self.model if self.model.endswith(".gguf") else None
-            return LocalBackend(path)
+            return LocalBackend(self._local_model_path)
         codec = get_codec(self.message_format)
         auth = codec.auth_headers(self._api_key) if self._api_key else {}
         transport = HttpTransport(
@@ -326,6 +327,25 @@ def _key_from_env(message_format: str) -> str | None:
         if value:
             return value
     return None
+
+
+def _local_model_path(model: str) -> str:
+    """The GGUF file for ``message_format="local"``: ``model`` when it is a .gguf path, else
+    the embedded default. Checked here so that a missing install fails before any item runs."""
+    from llm_kit.local import default_model_path
+
+    path = Path(model).expanduser() if model.endswith(".gguf") else default_model_path()
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ConfigError(
+            "the local model needs `pip install 'mmirage[local]'` "
+            "(the package llama-cpp-python is not installed)"
+        )
+    if not path.is_file():
+        raise ConfigError(
+            f"local model file {path} does not exist; pass model='path/to/model.gguf' or set "
+            "LLM_KIT_LOCAL_MODEL_PATH"
+        )
+    return str(path)
 
 
 def _backoff(config: BatchConfig, attempt: int, server_wait: float | None) -> float:

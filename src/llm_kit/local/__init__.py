@@ -1,0 +1,9 @@
+"""The embedded CPU model: llama.cpp running SmolLM2-135M-Instruct, no key and no GPU needed.
+
+Install with ``pip install 'mmirage[local]'``. The model is text-only: image parts of a
+message are ignored.
+"""
+
+from llm_kit.local.engine import MODEL_PATH_ENV, LocalEngine, default_model_path
+
+__all__ = ["MODEL_PATH_ENV", "LocalEngine", "default_model_path"]
