@@ -1,5 +1,6 @@
 """llm_kit: talk to LLMs at scale, live (rate-limited, concurrent) or through batch APIs."""
 
+from llm_kit.batch import BatchJob, BatchJobStatus, BatchNotFinishedError, JobState
 from llm_kit.client import LLM
 from llm_kit.errors import (
     BatchItemFailed,
@@ -28,11 +29,15 @@ __all__ = [
     "BatchConfig",
     "BatchItem",
     "BatchItemFailed",
+    "BatchJob",
+    "BatchJobStatus",
+    "BatchNotFinishedError",
     "BatchResult",
     "CompletionError",
     "ConfigError",
     "ImagePart",
     "ItemError",
+    "JobState",
     "LLMKitError",
     "Message",
     "MissingAPIKeyError",

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from llm_kit import jsonl
 from llm_kit.backends import Backend, HttpBackend, LocalBackend
+from llm_kit.batch.api import BatchAPI
 from llm_kit.errors import (
     BatchItemFailed,
     CompletionError,
@@ -42,7 +43,7 @@ _DEFAULT_OUTPUT_ESTIMATE = 256  # tokens reserved for the answer when max_tokens
 _IMAGE_TOKEN_ESTIMATE = 800
 
 
-class LLM:
+class LLM(BatchAPI):
     """A model you can send one request or a million to.
 
     ``message_format`` picks the wire format: ``openai`` (also any OpenAI-compatible server

@@ -7,8 +7,9 @@ provider SDKs (DESIGN.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, BinaryIO
 
 import aiohttp
 import orjson
@@ -49,14 +50,71 @@ class HttpTransport:
         return self._session
 
     async def post_json(self, path: str, body: Any) -> tuple[int, Mapping[str, str], bytes]:
+        """The live hot path: POST a JSON body, read the whole answer."""
         session = self._session or self._open()
-        url = self.base_url + path
-        try:
-            async with session.post(url, data=orjson.dumps(body)) as response:
+        with self._errors():
+            async with session.post(self.base_url + path, data=orjson.dumps(body)) as response:
                 return response.status, response.headers, await response.read()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        data: Any = None,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """Any request; ``path`` may also be an absolute URL (a provider's results_url)."""
+        session = self._session or self._open()
+        if isinstance(data, aiohttp.FormData):
+            # The session's default JSON content type must give way to the multipart boundary.
+            payload = data()
+            data, headers = payload, {**(headers or {}), "Content-Type": payload.content_type}
+        with self._errors(timeout):
+            async with session.request(
+                method,
+                self._url(path),
+                data=data,
+                headers=headers,
+                params=params,
+                timeout=aiohttp.ClientTimeout(total=timeout) if timeout else self._timeout,
+            ) as response:
+                return response.status, response.headers, await response.read()
+
+    async def download(
+        self, path: str, target: BinaryIO, *, timeout: float = 3600.0
+    ) -> tuple[int, bytes]:
+        """Stream a GET's body into ``target`` in chunks: result files can be gigabytes.
+
+        Returns (status, error body); on an error status nothing is written to ``target``.
+        """
+        session = self._session or self._open()
+        with self._errors(timeout):
+            async with session.get(
+                self._url(path),
+                headers={"Accept": "application/binary"},
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response:
+                if response.status >= 400:
+                    return response.status, await response.read()
+                async for chunk in response.content.iter_chunked(1 << 20):
+                    target.write(chunk)
+                return response.status, b""
+
+    def _url(self, path: str) -> str:
+        return path if path.startswith(("http://", "https://")) else self.base_url + path
+
+    @contextmanager
+    def _errors(self, timeout: float | None = None) -> Iterator[None]:
+        """aiohttp's exceptions → ProviderError (retryable: the request never got an answer)."""
+        try:
+            yield
         except TimeoutError:
+            seconds = timeout or self._timeout.total or 0
             raise ProviderError(
-                f"no answer from {self.base_url} within {self._timeout.total:g} s",
+                f"no answer from {self.base_url} within {seconds:g} s",
                 kind="timeout",
                 retryable=True,
             ) from None

@@ -235,6 +235,12 @@ class BatchConfig(BaseModel):
     connect_timeout: float = Field(10.0, gt=0, description="seconds to open a connection")
     rpm: int | None = Field(None, ge=1, description="requests per minute budget")
     tpm: int | None = Field(None, ge=1, description="tokens per minute budget")
+    batch_max_requests: int | None = Field(
+        None, ge=1, description="provider batch API: requests per batch (None: the provider's cap)"
+    )
+    batch_max_bytes: int | None = Field(
+        None, ge=1024, description="provider batch API: bytes per batch (None: the provider's cap)"
+    )
 
     @model_validator(mode="after")
     def _check_delays(self) -> BatchConfig:

@@ -1,0 +1,13 @@
+"""Provider-native batch APIs (OpenAI Files + Batches, Anthropic Message Batches, Gemini Batch)."""
+
+from llm_kit.batch.job import BatchCounts, BatchJob, BatchJobStatus, JobState, ProviderBatch
+from llm_kit.batch.runner import BatchNotFinishedError
+
+__all__ = [
+    "BatchCounts",
+    "BatchJob",
+    "BatchJobStatus",
+    "BatchNotFinishedError",
+    "JobState",
+    "ProviderBatch",
+]

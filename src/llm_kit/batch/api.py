@@ -1,0 +1,243 @@
+"""The provider-batch half of `LLM`: submit, poll, fetch, cancel, resubmit, run end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from llm_kit import jsonl
+from llm_kit.batch import runner
+from llm_kit.batch.backend import BatchBackend, BatchLimits
+from llm_kit.batch.job import BatchJob, BatchJobStatus
+from llm_kit.errors import ConfigError
+from llm_kit.pipeline import Items
+from llm_kit.providers import get_codec
+from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
+from llm_kit.providers.gemini_batch import GeminiBatchBackend
+from llm_kit.providers.openai_batch import OpenAIBatchBackend
+from llm_kit.types import BatchConfig, BatchItem, BatchResult
+
+if TYPE_CHECKING:
+    from llm_kit.backends import Backend
+
+BATCH_BACKENDS: dict[str, type[BatchBackend]] = {
+    "openai": OpenAIBatchBackend,
+    "anthropic": AnthropicBatchBackend,
+    "gemini": GeminiBatchBackend,
+}
+
+
+def default_spool_dir(provider: str) -> Path:
+    root = os.environ.get("LLM_KIT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "llm_kit"
+    )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(root) / "batches" / f"{provider}-{stamp}-{uuid.uuid4().hex[:8]}"
+
+
+class BatchAPI:
+    """Mixed into `LLM`: the same items in and BatchResults out as the live pipeline."""
+
+    model: str
+    message_format: str
+    base_url: str | None
+    config: BatchConfig
+    sampling: dict[str, Any]
+
+    def _get_backend(self) -> Backend:
+        raise NotImplementedError
+
+    def _batch_backend(self) -> BatchBackend:
+        from llm_kit.backends import HttpBackend
+
+        cls = BATCH_BACKENDS.get(self.message_format)
+        if cls is None:
+            raise ConfigError(
+                f"message_format {self.message_format!r} has no provider batch API; use the live "
+                "pipeline (batch_to_jsonl) or one of: " + ", ".join(BATCH_BACKENDS)
+            )
+        backend = self._get_backend()
+        assert isinstance(backend, HttpBackend)
+        return cls(backend.codec, backend.transport, self.model)
+
+    def _limits(self, backend: BatchBackend) -> BatchLimits:
+        max_requests = backend.limits.max_requests
+        if self.config.batch_max_requests is not None:
+            max_requests = min(
+                max_requests or self.config.batch_max_requests, self.config.batch_max_requests
+            )
+        max_bytes = min(
+            backend.limits.max_bytes, self.config.batch_max_bytes or backend.limits.max_bytes
+        )
+        return BatchLimits(max_requests, max_bytes)
+
+    def _check_job(self, job: BatchJob) -> BatchBackend:
+        if job.provider != self.message_format:
+            raise ConfigError(
+                f"this job was submitted to {job.provider}, but this LLM talks "
+                f"{self.message_format}; use LLM(message_format={job.provider!r}, ...)"
+            )
+        return self._batch_backend()
+
+    async def submit_batch(
+        self, items: Iterable[BatchItem], *, spool_dir: str | os.PathLike[str] | None = None
+    ) -> BatchJob:
+        """Serialise every request to disk, split into provider-legal batches, upload, create."""
+        backend = self._batch_backend()
+        directory = Path(spool_dir) if spool_dir else default_spool_dir(backend.name)
+        job, chunks = await asyncio.to_thread(
+            runner.spool,
+            items,
+            backend=backend,
+            codec=get_codec(self.message_format),
+            sampling=self.sampling,
+            limits=self._limits(backend),
+            directory=directory,
+            base_url=self.base_url or "",
+        )
+        await runner.create_batches(backend, job, chunks)
+        return job
+
+    async def poll_batch(self, job: BatchJob) -> BatchJobStatus:
+        """Ask the provider how every batch of the job is doing; updates ``job`` in place."""
+        await runner.refresh(self._check_job(job), job)
+        return job.status()
+
+    async def fetch_batch_results(
+        self, job: BatchJob, items: Items | None = None
+    ) -> AsyncIterator[BatchResult]:
+        """One BatchResult per item, validated against each item's response_model when the
+        items are given again (a Python type cannot live in the job file)."""
+        models = runner.models_of(items)
+        async for result in runner.fetch(self._check_job(job), job, models):
+            yield result
+
+    async def cancel_batch(self, job: BatchJob) -> BatchJobStatus:
+        """Stop every running batch; what finished stays billed and fetchable."""
+        backend = self._check_job(job)
+        await asyncio.gather(*(backend.cancel(b) for b in job.batches if not b.state.is_terminal))
+        return job.status()
+
+    async def resubmit_failed(
+        self,
+        job: BatchJob,
+        items: Iterable[BatchItem] | None = None,
+        *,
+        kinds: Iterable[str] | None = None,
+    ) -> int:
+        """Send again, as new batches of the same job, every item whose outcome is a retryable
+        failure (errored, expired, canceled, missing, not submitted), or only those whose
+        ``error_kind`` is in ``kinds``. Returns how many were resubmitted. The requests come
+        from the job's spool files, or from ``items`` when given."""
+        backend = self._check_job(job)
+        wanted = set(kinds) if kinds is not None else None
+        failed = {
+            index
+            async for index, result in runner.outcomes(backend, job, {})
+            if not result.ok
+            and result.retryable
+            and (wanted is None or result.error_kind in wanted)
+        }
+        if not failed:
+            return 0
+        spool_root = Path(job.spool_dir) if job.spool_dir else default_spool_dir(backend.name)
+        chunks = await asyncio.to_thread(
+            runner.respool,
+            job,
+            failed,
+            backend=backend,
+            limits=self._limits(backend),
+            directory=spool_root / f"retry-{len(job.batches):04d}",
+            items=items,
+            codec=get_codec(self.message_format),
+            sampling=self.sampling,
+        )
+        await runner.create_batches(backend, job, chunks)
+        return len(failed)
+
+    async def run_batch_api(
+        self,
+        items: Items,
+        path: str | os.PathLike[str],
+        *,
+        poll_interval: float = 60.0,
+        retry_failed: bool = False,
+        max_rounds: int = 3,
+        progress: bool = False,
+    ) -> int:
+        """Submit, poll until every batch ends, write reconciled results to ``path``.
+
+        The job handle is kept beside the output (``<path>.job.json``): run it again after a
+        crash and it resumes the same provider batches instead of paying twice; ids already
+        in the output are skipped, as with ``batch_to_jsonl(resume=True)``.
+        """
+        out = Path(path)
+        job_path = out.with_name(out.name + ".job.json")
+        done = jsonl.scan(out).done if out.exists() else set()
+        models: dict[str, type[BaseModel]] = {}
+        if job_path.exists():
+            job = BatchJob.load(job_path)
+            self._check_job(job)
+            models = runner.models_of(items)
+            await self._wait(job, job_path, poll_interval, progress)
+            # A crash while the batches were being created: send what never left, once.
+            if await self.resubmit_failed(job, kinds={"not_submitted"}):
+                job.save(job_path)
+        else:
+            if not isinstance(items, Iterable):
+                raise ConfigError("run_batch_api needs a (sync) iterable of BatchItem")
+            pending = (item for item in items if item.id not in done)
+            backend = self._batch_backend()
+            job, chunks = await asyncio.to_thread(
+                runner.spool,
+                pending,
+                backend=backend,
+                codec=get_codec(self.message_format),
+                sampling=self.sampling,
+                limits=self._limits(backend),
+                directory=out.with_name(out.name + ".spool"),
+                base_url=self.base_url or "",
+                on_model=lambda item: models.update(
+                    {item.id: item.response_model} if item.response_model else {}
+                ),
+            )
+            job.save(job_path)  # before any upload: a crash leaves a handle that can resubmit
+            await runner.create_batches(backend, job, chunks, on_created=lambda: job.save(job_path))
+        rounds = 0
+        while True:
+            await self._wait(job, job_path, poll_interval, progress)
+            if not retry_failed or rounds >= max_rounds:
+                break
+            if not await self.resubmit_failed(job):
+                break
+            rounds += 1
+            job.save(job_path)
+        written = 0
+        with jsonl.JsonlWriter(out) as writer:
+            async for result in runner.fetch(self._check_job(job), job, models):
+                if result.id not in done:
+                    writer.write(result)
+                    written += 1
+        if job.spool_dir and Path(job.spool_dir).is_dir():
+            shutil.rmtree(job.spool_dir, ignore_errors=True)
+        return written
+
+    async def _wait(
+        self, job: BatchJob, job_path: Path, poll_interval: float, progress: bool
+    ) -> None:
+        while True:
+            status = await self.poll_batch(job)
+            job.save(job_path)
+            if progress:
+                print(f"batch job {status}", flush=True)
+            if status.state.is_terminal:
+                return
+            await asyncio.sleep(poll_interval)

@@ -1,0 +1,132 @@
+"""What each provider's batch API implements: frame a request line, create, poll, cancel, read."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
+from llm_kit.errors import ConfigError, ProviderError
+from llm_kit.providers.base import Codec, Completion
+from llm_kit.transport import HttpTransport
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """The most one provider batch may hold."""
+
+    max_requests: int | None
+    max_bytes: int
+
+
+@dataclass
+class Chunk:
+    """A spool file of request lines that becomes one provider batch."""
+
+    path: Path
+    first: int
+    count: int = 0
+    bytes: int = 0
+    indices: list[int] | None = None  # set for resubmissions (scattered items)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """One decoded result line: a completion, or an error with its kind and retryability."""
+
+    index: int
+    completion: Completion | None = None
+    error: str | None = None
+    kind: str | None = None
+    retryable: bool = False
+
+
+class BatchBackend(ABC):
+    name: str
+    endpoint: str
+    limits: BatchLimits
+
+    def __init__(self, codec: Codec, http: HttpTransport, model: str) -> None:
+        self.codec = codec
+        self.http = http
+        self.model = model
+
+    @abstractmethod
+    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+        """One request as a spool line (ending in a newline)."""
+
+    @abstractmethod
+    async def create(self, chunk: Chunk) -> ProviderBatch:
+        """Upload the chunk (when the provider takes files) and create the batch."""
+
+    @abstractmethod
+    async def refresh(self, batch: ProviderBatch) -> None:
+        """Poll the provider; update the batch's state, counts and result locations."""
+
+    @abstractmethod
+    async def cancel(self, batch: ProviderBatch) -> None:
+        """Ask the provider to stop the batch (finished requests stay billed and fetchable)."""
+
+    @abstractmethod
+    def results(self, batch: ProviderBatch, workdir: Path) -> AsyncIterator[Outcome]:
+        """Every result line of a terminal batch (files are downloaded into ``workdir``)."""
+
+    # -- shared helpers ------------------------------------------------------------------
+
+    async def call(
+        self, method: str, path: str, *, what: str, **kwargs: Any
+    ) -> tuple[Mapping[str, str], Any]:
+        """A JSON call; an error answer becomes a ProviderError naming what was attempted."""
+        status, headers, body = await self.http.request(method, path, **kwargs)
+        if status == 404:
+            raise ConfigError(
+                f"{self.name} does not know {what} (HTTP 404): check that the job file belongs "
+                "to this account and base URL"
+            )
+        if status >= 400:
+            error = self.codec.error(status, headers, body)
+            raise ProviderError(
+                f"{what} failed: {error}",
+                status=status,
+                kind=error.kind,
+                retryable=error.retryable,
+                retry_after=error.retry_after,
+            )
+        return headers, orjson.loads(body) if body else None
+
+    async def download_lines(self, path: str, target: Path, *, what: str) -> Iterator[bytes]:
+        """Stream a result file to disk, then iterate its lines (bounded memory)."""
+        with open(target, "wb") as f:
+            status, body = await self.http.download(path, f)
+        if status == 404:
+            raise ConfigError(f"{self.name} does not know {what} (HTTP 404)")
+        if status >= 400:
+            raise ProviderError(f"downloading {what} failed: {self.codec.error(status, {}, body)}")
+        return _lines(target)
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                yield line
+
+
+def counts_from(state: JobState, total: int, succeeded: int, errored: int) -> BatchCounts:
+    """Counts of a batch from a provider that reports only done/failed totals."""
+    rest = max(0, total - succeeded - errored)
+    counts = BatchCounts(total=total, succeeded=succeeded, errored=errored)
+    if not state.is_terminal:
+        counts.processing = rest
+    elif state is JobState.EXPIRED:
+        counts.expired = rest
+    elif state is JobState.CANCELED:
+        counts.canceled = rest
+    else:
+        counts.errored += rest
+    return counts

@@ -1,0 +1,224 @@
+"""`BatchJob`: the portable handle of a provider batch job. The handle is the checkpoint.
+
+It names the provider, model and endpoint, every provider batch and file id, and a manifest of
+the items (the item id behind each custom_id, and each item's metadata), so that another process
+with only the key in its environment can poll, fetch, cancel or resubmit. It never holds a key.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+
+from llm_kit.errors import ConfigError
+
+FORMAT = "llm_kit.batch_job"
+VERSION = 1
+
+
+class JobState(StrEnum):
+    """One vocabulary for every provider's batch states."""
+
+    PENDING = "pending"  # accepted, validating or queued
+    IN_PROGRESS = "in_progress"
+    FINALIZING = "finalizing"
+    CANCELING = "canceling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELED = "canceled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.EXPIRED, JobState.CANCELED})
+# When batches of one job end differently, the job reports the most telling outcome.
+_PRECEDENCE = (JobState.CANCELED, JobState.EXPIRED, JobState.FAILED, JobState.COMPLETED)
+_ORDER = (JobState.PENDING, JobState.IN_PROGRESS, JobState.FINALIZING, JobState.CANCELING)
+
+
+@dataclass
+class BatchCounts:
+    total: int = 0
+    succeeded: int = 0
+    errored: int = 0
+    expired: int = 0
+    canceled: int = 0
+    processing: int = 0
+
+    def __add__(self, other: BatchCounts) -> BatchCounts:
+        return BatchCounts(*(a + b for a, b in zip(_values(self), _values(other), strict=True)))
+
+
+def _values(counts: BatchCounts) -> tuple[int, ...]:
+    return tuple(asdict(counts).values())
+
+
+@dataclass
+class BatchJobStatus:
+    state: JobState
+    counts: BatchCounts
+    batches: list[tuple[str, JobState]] = field(default_factory=list)  # (batch id, state)
+
+    def __str__(self) -> str:
+        c = self.counts
+        return (
+            f"{self.state.value}: {c.succeeded}/{c.total} succeeded, {c.errored} errored, "
+            f"{c.expired} expired, {c.canceled} canceled, {c.processing} processing "
+            f"({len(self.batches)} provider batches)"
+        )
+
+
+@dataclass
+class ProviderBatch:
+    """One batch at the provider; ``indices`` are the manifest positions of its items."""
+
+    id: str
+    first: int  # items first..first+count-1 of the manifest, unless ``indices`` is set
+    count: int
+    indices: list[int] | None = None  # a resubmission holds a scattered set of items
+    input_file_id: str | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    results_url: str | None = None
+    state: JobState = JobState.PENDING
+    counts: BatchCounts = field(default_factory=BatchCounts)
+    errors: list[str] = field(default_factory=list)  # whole-batch errors the provider gave
+    bytes: int = 0
+    created_at: float = field(default_factory=time.time)
+
+    def item_indices(self) -> range | list[int]:
+        return (
+            self.indices if self.indices is not None else range(self.first, self.first + self.count)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["state"] = self.state.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProviderBatch:
+        data = dict(data)
+        data["state"] = JobState(data["state"])
+        data["counts"] = BatchCounts(**data.get("counts", {}))
+        return cls(**data)
+
+
+@dataclass
+class BatchJob:
+    """A provider batch job: what was submitted, where, and what came of it so far.
+
+    ``item_ids[n]`` is the item behind custom_id ``str(n)``; ``metadata`` maps a position to the
+    item's metadata (only items that had some). ``rejected`` holds items that could not become
+    a request at all (an unreadable image, say), with the reason: they are never uploaded.
+    """
+
+    provider: str
+    model: str
+    endpoint: str
+    base_url: str
+    item_ids: list[str]
+    metadata: dict[int, Any] = field(default_factory=dict)
+    rejected: dict[int, str] = field(default_factory=dict)
+    batches: list[ProviderBatch] = field(default_factory=list)
+    spool_dir: str | None = None  # where the request lines were written, for resubmission
+    created_at: float = field(default_factory=time.time)
+    version: int = VERSION
+
+    @property
+    def batch_ids(self) -> list[str]:
+        return [b.id for b in self.batches]
+
+    def status(self) -> BatchJobStatus:
+        """The job's status from what its batches last reported (no network)."""
+        counts = BatchCounts()
+        for batch in self.batches:
+            counts = counts + batch.counts
+        counts.total += len(self.rejected)
+        counts.errored += len(self.rejected)
+        states = [b.state for b in self.batches]
+        return BatchJobStatus(job_state(states), counts, [(b.id, b.state) for b in self.batches])
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the handle atomically (a crash leaves the old file or the new one, whole)."""
+        target = Path(path)
+        data = {
+            "format": FORMAT,
+            "version": self.version,
+            "provider": self.provider,
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "base_url": public_url(self.base_url),
+            "created_at": self.created_at,
+            "spool_dir": self.spool_dir,
+            "batches": [b.to_json() for b in self.batches],
+            "item_ids": self.item_ids,
+            "metadata": {str(k): v for k, v in self.metadata.items()},
+            "rejected": {str(k): v for k, v in self.rejected.items()},
+        }
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_bytes(orjson.dumps(data))
+        os.replace(tmp, target)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> BatchJob:
+        source = Path(path)
+        try:
+            data = orjson.loads(source.read_bytes())
+        except FileNotFoundError:
+            raise ConfigError(f"job file {source} does not exist") from None
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"job file {source} is not valid JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ConfigError(f"{source} is not an llm_kit batch job file")
+        if data.get("version", 0) > VERSION:
+            raise ConfigError(
+                f"{source} was written by a newer llm_kit (job format {data['version']}, this "
+                f"version reads up to {VERSION}); upgrade llm_kit to read it"
+            )
+        try:
+            return cls(
+                provider=data["provider"],
+                model=data["model"],
+                endpoint=data["endpoint"],
+                base_url=data["base_url"],
+                item_ids=data["item_ids"],
+                metadata={int(k): v for k, v in data.get("metadata", {}).items()},
+                rejected={int(k): v for k, v in data.get("rejected", {}).items()},
+                batches=[ProviderBatch.from_json(b) for b in data["batches"]],
+                spool_dir=data.get("spool_dir"),
+                created_at=data.get("created_at", 0.0),
+                version=data.get("version", VERSION),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"job file {source} is incomplete or damaged ({exc})") from None
+
+
+def job_state(states: list[JobState]) -> JobState:
+    if not states:
+        return JobState.COMPLETED  # every item was rejected locally: nothing is running
+    running = [s for s in states if not s.is_terminal]
+    if running:
+        return min(running, key=_ORDER.index)
+    if all(s is JobState.FAILED for s in states):
+        return JobState.FAILED
+    return next(s for s in _PRECEDENCE if s in states)
+
+
+def public_url(url: str) -> str:
+    """The URL without credentials or query (a key can hide in either)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

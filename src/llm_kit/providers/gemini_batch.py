@@ -1,0 +1,160 @@
+"""Gemini Batch Mode (Developer API): inline requests for small jobs, an uploaded file for large."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome
+from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
+from llm_kit.errors import ProviderError
+
+INLINE_MAX_BYTES = 20 * 1024 * 1024  # inline requests must total under 20 MB
+_STATES = {
+    "PENDING": JobState.PENDING,
+    "RUNNING": JobState.IN_PROGRESS,
+    "SUCCEEDED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "CANCELLED": JobState.CANCELED,
+    "EXPIRED": JobState.EXPIRED,
+}
+_INVALID_ARGUMENT = 3  # google.rpc.Code: the request itself is wrong, retrying cannot help
+
+
+class GeminiBatchBackend(BatchBackend):
+    name = "gemini"
+    endpoint = "generateContent"
+    limits = BatchLimits(max_requests=None, max_bytes=2 * 1024 * 1024 * 1024)
+    inline_max_bytes = INLINE_MAX_BYTES
+
+    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+        return orjson.dumps({"key": custom_id, "request": body}, option=orjson.OPT_APPEND_NEWLINE)
+
+    async def create(self, chunk: Chunk) -> ProviderBatch:
+        model = self.model.removeprefix("models/")
+        if chunk.bytes <= self.inline_max_bytes:
+            requests = []
+            with open(chunk.path, "rb") as f:
+                for line in f:
+                    record = orjson.loads(line)
+                    requests.append(
+                        {"request": record["request"], "metadata": {"key": record["key"]}}
+                    )
+            source: dict[str, Any] = {"requests": {"requests": requests}}
+        else:
+            source = {"fileName": await self._upload(chunk.path)}
+        body = {"batch": {"displayName": f"llm_kit-{chunk.path.stem}", "inputConfig": source}}
+        _, created = await self.call(
+            "POST",
+            f"/v1beta/models/{model}:batchGenerateContent",
+            data=orjson.dumps(body),
+            timeout=3600,
+            what="creating a Gemini batch",
+        )
+        batch = ProviderBatch(
+            id=created["name"],
+            first=chunk.first,
+            count=chunk.count,
+            indices=chunk.indices,
+            bytes=chunk.bytes,
+        )
+        self._update(batch, created)
+        return batch
+
+    async def _upload(self, path: Path) -> str:
+        """The resumable upload protocol: start, then upload and finalize in one request."""
+        size = path.stat().st_size
+        headers, _ = await self.call(
+            "POST",
+            "/upload/v1beta/files",
+            data=orjson.dumps({"file": {"displayName": path.name}}),
+            headers={
+                "X-Goog-Upload-Protocol": "resumable",
+                "X-Goog-Upload-Command": "start",
+                "X-Goog-Upload-Header-Content-Length": str(size),
+                "X-Goog-Upload-Header-Content-Type": "application/jsonl",
+            },
+            what=f"starting the upload of {path.name}",
+        )
+        upload_url = headers.get("x-goog-upload-url")
+        if not upload_url:
+            raise ProviderError("gemini did not return an upload URL", retryable=True)
+        with open(path, "rb") as f:
+            _, uploaded = await self.call(
+                "POST",
+                upload_url,
+                data=f,
+                headers={"X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "0"},
+                timeout=3600,
+                what=f"the upload of {path.name}",
+            )
+        return str(uploaded["file"]["name"])
+
+    async def refresh(self, batch: ProviderBatch) -> None:
+        _, data = await self.call("GET", f"/v1beta/{batch.id}", what=f"Gemini {batch.id}")
+        self._update(batch, data)
+
+    async def cancel(self, batch: ProviderBatch) -> None:
+        await self.call("POST", f"/v1beta/{batch.id}:cancel", what=f"cancelling {batch.id}")
+        await self.refresh(batch)
+
+    def _update(self, batch: ProviderBatch, data: dict[str, Any]) -> None:
+        meta = data.get("metadata") or data
+        state = str(meta.get("state", "")).rsplit("_", 1)[-1]
+        batch.state = _STATES.get(state, JobState.PENDING)
+        stats = meta.get("batchStats") or {}
+        done = int(stats.get("successfulRequestCount") or 0)
+        failed = int(stats.get("failedRequestCount") or 0)
+        pending = int(stats.get("pendingRequestCount") or 0)
+        batch.counts = BatchCounts(total=batch.count, succeeded=done, errored=failed)
+        rest = max(0, batch.count - done - failed)
+        if batch.state is JobState.EXPIRED:
+            batch.counts.expired = rest
+        elif batch.state is JobState.CANCELED:
+            batch.counts.canceled = rest
+        elif batch.state is JobState.FAILED:
+            batch.counts.errored += rest
+        else:
+            batch.counts.processing = pending or rest
+        error = data.get("error")
+        if error:
+            batch.errors = [f"{error.get('code')}: {error.get('message')}"]
+        output = data.get("response") or meta.get("output") or {}
+        batch.output_file_id = output.get("responsesFile")
+
+    async def results(self, batch: ProviderBatch, workdir: Path) -> AsyncIterator[Outcome]:
+        if batch.output_file_id:
+            file_id = batch.output_file_id.removeprefix("files/")
+            lines = await self.download_lines(
+                f"/download/v1beta/files/{file_id}:download?alt=media",
+                workdir / f"{file_id}.jsonl",
+                what=f"the results of {batch.id}",
+            )
+            for line in lines:
+                record = orjson.loads(line)
+                yield self._decode(record.get("key"), record)
+            return
+        _, data = await self.call("GET", f"/v1beta/{batch.id}", what=f"Gemini {batch.id}")
+        output = data.get("response") or (data.get("metadata") or {}).get("output") or {}
+        inlined = (output.get("inlinedResponses") or {}).get("inlinedResponses") or []
+        for record in inlined:
+            yield self._decode((record.get("metadata") or {}).get("key"), record)
+
+    def _decode(self, key: Any, record: dict[str, Any]) -> Outcome:
+        index = int(key)
+        if record.get("response") is not None:
+            try:
+                return Outcome(index, completion=self.codec.decode(record["response"]))
+            except ProviderError as exc:  # a blocked prompt: no candidates
+                return Outcome(index, error=str(exc), kind=exc.kind, retryable=exc.retryable)
+        error = record.get("error") or {}
+        code = int(error.get("code") or 13)
+        return Outcome(
+            index,
+            error=f"gemini: code {code}: {error.get('message') or 'no message'}",
+            kind=f"grpc_{code}",
+            retryable=code != _INVALID_ARGUMENT,
+        )

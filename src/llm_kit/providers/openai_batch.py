@@ -1,0 +1,121 @@
+"""OpenAI Files + Batches (also OpenAI-compatible servers that implement them)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome, counts_from
+from llm_kit.batch.job import JobState, ProviderBatch
+
+_STATES = {
+    "validating": JobState.PENDING,
+    "in_progress": JobState.IN_PROGRESS,
+    "finalizing": JobState.FINALIZING,
+    "cancelling": JobState.CANCELING,
+    "completed": JobState.COMPLETED,
+    "failed": JobState.FAILED,
+    "expired": JobState.EXPIRED,
+    "cancelled": JobState.CANCELED,
+}
+# Non-HTTP failures in the error file: why the request never ran.
+_NOT_RUN = {"batch_expired": "expired", "batch_cancelled": "canceled"}
+
+
+class OpenAIBatchBackend(BatchBackend):
+    name = "openai"
+    endpoint = "/v1/chat/completions"
+    limits = BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024)
+
+    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+        return orjson.dumps(
+            {"custom_id": custom_id, "method": "POST", "url": self.endpoint, "body": body},
+            option=orjson.OPT_APPEND_NEWLINE,
+        )
+
+    async def create(self, chunk: Chunk) -> ProviderBatch:
+        with open(chunk.path, "rb") as f:
+            form = aiohttp.FormData()
+            form.add_field("purpose", "batch")
+            form.add_field("file", f, filename=chunk.path.name, content_type="application/jsonl")
+            _, uploaded = await self.call(
+                "POST", "/files", data=form, timeout=3600, what=f"the upload of {chunk.path.name}"
+            )
+        _, created = await self.call(
+            "POST",
+            "/batches",
+            data=orjson.dumps(
+                {
+                    "input_file_id": uploaded["id"],
+                    "endpoint": self.endpoint,
+                    "completion_window": "24h",
+                    "metadata": {"created_by": "llm_kit"},
+                }
+            ),
+            what="creating a batch",
+        )
+        batch = ProviderBatch(
+            id=created["id"],
+            first=chunk.first,
+            count=chunk.count,
+            indices=chunk.indices,
+            input_file_id=uploaded["id"],
+            bytes=chunk.bytes,
+        )
+        self._update(batch, created)
+        return batch
+
+    async def refresh(self, batch: ProviderBatch) -> None:
+        _, data = await self.call("GET", f"/batches/{batch.id}", what=f"batch {batch.id}")
+        self._update(batch, data)
+
+    async def cancel(self, batch: ProviderBatch) -> None:
+        _, data = await self.call(
+            "POST", f"/batches/{batch.id}/cancel", what=f"cancelling batch {batch.id}"
+        )
+        self._update(batch, data)
+
+    def _update(self, batch: ProviderBatch, data: dict[str, Any]) -> None:
+        batch.state = _STATES.get(data.get("status", ""), JobState.PENDING)
+        batch.output_file_id = data.get("output_file_id")
+        batch.error_file_id = data.get("error_file_id")
+        errors = (data.get("errors") or {}).get("data") or []
+        batch.errors = [f"{e.get('code')}: {e.get('message')}" for e in errors]
+        counts = data.get("request_counts") or {}
+        total = counts.get("total") or batch.count
+        batch.counts = counts_from(
+            batch.state, total, counts.get("completed", 0), counts.get("failed", 0)
+        )
+        if batch.state is JobState.FAILED:
+            batch.counts.errored, batch.counts.succeeded = batch.count, 0
+
+    async def results(self, batch: ProviderBatch, workdir: Path) -> AsyncIterator[Outcome]:
+        for file_id in (batch.output_file_id, batch.error_file_id):
+            if not file_id:
+                continue
+            lines = await self.download_lines(
+                f"/files/{file_id}/content", workdir / f"{file_id}.jsonl", what=f"file {file_id}"
+            )
+            for line in lines:
+                yield self._decode(line)
+
+    def _decode(self, line: bytes) -> Outcome:
+        record = orjson.loads(line)
+        index = int(record["custom_id"])
+        response = record.get("response")
+        if response and response.get("status_code") == 200:
+            return Outcome(index, completion=self.codec.decode(response["body"]))
+        if response:
+            status = int(response.get("status_code") or 500)
+            failure = self.codec.error(status, {}, orjson.dumps(response.get("body") or {}))
+            return Outcome(
+                index, error=str(failure), kind=failure.kind, retryable=failure.retryable
+            )
+        error = record.get("error") or {}
+        code = str(error.get("code") or "unknown")
+        message = f"{code}: {error.get('message') or 'no message'}"
+        return Outcome(index, error=message, kind=_NOT_RUN.get(code, code), retryable=True)

@@ -1,0 +1,145 @@
+"""`mmirage job status|fetch|cancel|resubmit job.json`: provider batch jobs made from Python.
+
+The job file is the handle `BatchJob.save()` wrote; the key comes from the provider's
+environment variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from llm_kit import LLM, BatchJob, LLMKitError
+from llm_kit.batch import BatchJobStatus
+from llm_kit.errors import ConfigError
+from llm_kit.jsonl import JsonlWriter, scan
+
+T = TypeVar("T")
+JOB_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run ``work``; an error a user can cause becomes one sentence and exit 2 (config) or 1."""
+    try:
+        return asyncio.run(work())
+    except LLMKitError as exc:
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            raise
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2 if isinstance(exc, ConfigError) else 1)
+
+
+def _client(job: BatchJob) -> LLM:
+    return LLM(model=job.model, message_format=job.provider, base_url=job.base_url or None)
+
+
+def _print_status(job: BatchJob, status: BatchJobStatus) -> None:
+    click.echo(f"{job.provider} job, model {job.model}: {status}")
+    for batch in job.batches:
+        c = batch.counts
+        line = f"  {batch.id:<40} {batch.state.value:<12} {c.succeeded}/{batch.count} ok"
+        if batch.errors:
+            line += "  " + "; ".join(batch.errors)[:120]
+        click.echo(line)
+
+
+@click.group()
+def job() -> None:
+    """Poll, fetch, cancel or resubmit a provider batch job saved with BatchJob.save()."""
+
+
+@job.command()
+@click.argument("job_file", type=JOB_FILE)
+def status(job_file: Path) -> None:
+    """Ask the provider how the job is doing (and update the job file)."""
+
+    async def work() -> None:
+        handle = BatchJob.load(job_file)
+        async with _client(handle) as llm:
+            result = await llm.poll_batch(handle)
+        handle.save(job_file)
+        _print_status(handle, result)
+
+    _run(work)
+
+
+@job.command()
+@click.argument("job_file", type=JOB_FILE)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="JSONL file for the results; ids already in it are skipped.",
+)
+@click.option("--wait", is_flag=True, help="Poll until the job ends instead of refusing.")
+@click.option(
+    "--poll-interval",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds between polls with --wait.",
+)
+def fetch(job_file: Path, output: Path, wait: bool, poll_interval: float) -> None:
+    """Write one result line per item; exit 1 if some items failed."""
+
+    async def work() -> tuple[int, int]:
+        handle = BatchJob.load(job_file)
+        async with _client(handle) as llm:
+            current = await llm.poll_batch(handle)
+            while wait and not current.state.is_terminal:
+                await asyncio.sleep(poll_interval)
+                current = await llm.poll_batch(handle)
+            handle.save(job_file)
+            done = scan(output).done
+            written = failed = 0
+            with JsonlWriter(output) as writer:
+                async for result in llm.fetch_batch_results(handle):
+                    if result.id in done:
+                        continue
+                    writer.write(result)
+                    written += 1
+                    failed += not result.ok
+        return written, failed
+
+    written, failed = _run(work)
+    click.echo(f"wrote {written} results to {output} ({written - failed} ok, {failed} failed)")
+    if failed:
+        sys.exit(1)
+
+
+@job.command()
+@click.argument("job_file", type=JOB_FILE)
+def cancel(job_file: Path) -> None:
+    """Stop every running batch of the job; finished requests stay fetchable."""
+
+    async def work() -> None:
+        handle = BatchJob.load(job_file)
+        async with _client(handle) as llm:
+            result = await llm.cancel_batch(handle)
+        handle.save(job_file)
+        _print_status(handle, result)
+
+    _run(work)
+
+
+@job.command()
+@click.argument("job_file", type=JOB_FILE)
+def resubmit(job_file: Path) -> None:
+    """Send again every item that failed for a retryable reason, as new batches of the job."""
+
+    async def work() -> int:
+        handle = BatchJob.load(job_file)
+        async with _client(handle) as llm:
+            count = await llm.resubmit_failed(handle)
+        handle.save(job_file)
+        return count
+
+    count = _run(work)
+    click.echo(f"resubmitted {count} items" if count else "nothing to resubmit")
