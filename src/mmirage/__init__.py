@@ -1,0 +1,1 @@
+"""MMIRAGE: declarative dataset pipelines through LLMs, on top of llm_kit."""

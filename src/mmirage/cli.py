@@ -117,3 +117,39 @@ def emulate(host: str, port: int, **options: object) -> None:
 
 
 emulate.params.extend(_EMULATE_FAULT_OPTIONS)
+
+# Batch API knobs. Declared here rather than imported: importing llm_kit slows every command.
+_EMULATE_BATCH_OPTIONS = [
+    click.Option(
+        ["--batch-delay-s", "--batch-delay", "batch_delay_s"],
+        type=click.FloatRange(min=0),
+        default=None,
+        help="Seconds a batch job takes from creation to its end [default: 0, done at once].",
+    ),
+    _rate("batch-failure-rate", "batch jobs that fail as a whole"),
+    _rate("batch-expire-rate", "batch jobs that expire"),
+    _rate("batch-expire-done-fraction", "an expiring job's requests that still succeed [0.5]"),
+    _rate("batch-item-error-rate", "batch requests that fail one by one"),
+    click.Option(
+        ["--batch-max-requests"],
+        type=click.IntRange(min=1),
+        default=None,
+        help="Requests per batch, for every provider [default: each provider's own limit].",
+    ),
+    click.Option(
+        ["--batch-max-bytes"],
+        type=click.IntRange(min=1),
+        default=None,
+        help="Bytes per batch, for every provider [default: each provider's own limit].",
+    ),
+]
+emulate.params.extend(_EMULATE_BATCH_OPTIONS)
+
+
+def _register_subcommands() -> None:
+    from mmirage.job_cli import job
+
+    main.add_command(job)
+
+
+_register_subcommands()

@@ -11,14 +11,14 @@ import logging
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from llm_kit import LLM, BatchJob, LLMKitError
-from llm_kit.batch import BatchJobStatus
-from llm_kit.errors import ConfigError
-from llm_kit.jsonl import JsonlWriter, scan
+# llm_kit is imported inside the commands: `mmirage --help` should not pay for it.
+if TYPE_CHECKING:
+    from llm_kit import LLM, BatchJob
+    from llm_kit.batch import BatchJobStatus
 
 T = TypeVar("T")
 JOB_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -26,6 +26,8 @@ JOB_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run ``work``; an error a user can cause becomes one sentence and exit 2 (config) or 1."""
+    from llm_kit import ConfigError, LLMKitError
+
     try:
         return asyncio.run(work())
     except LLMKitError as exc:
@@ -35,7 +37,15 @@ def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         sys.exit(2 if isinstance(exc, ConfigError) else 1)
 
 
+def _load(job_file: Path) -> BatchJob:
+    from llm_kit import BatchJob
+
+    return BatchJob.load(job_file)
+
+
 def _client(job: BatchJob) -> LLM:
+    from llm_kit import LLM
+
     return LLM(model=job.model, message_format=job.provider, base_url=job.base_url or None)
 
 
@@ -60,7 +70,7 @@ def status(job_file: Path) -> None:
     """Ask the provider how the job is doing (and update the job file)."""
 
     async def work() -> None:
-        handle = BatchJob.load(job_file)
+        handle = _load(job_file)
         async with _client(handle) as llm:
             result = await llm.poll_batch(handle)
         handle.save(job_file)
@@ -90,13 +100,15 @@ def fetch(job_file: Path, output: Path, wait: bool, poll_interval: float) -> Non
     """Write one result line per item; exit 1 if some items failed."""
 
     async def work() -> tuple[int, int]:
-        handle = BatchJob.load(job_file)
+        handle = _load(job_file)
         async with _client(handle) as llm:
             current = await llm.poll_batch(handle)
             while wait and not current.state.is_terminal:
                 await asyncio.sleep(poll_interval)
                 current = await llm.poll_batch(handle)
             handle.save(job_file)
+            from llm_kit.jsonl import JsonlWriter, scan
+
             done = scan(output).done
             written = failed = 0
             with JsonlWriter(output) as writer:
@@ -120,7 +132,7 @@ def cancel(job_file: Path) -> None:
     """Stop every running batch of the job; finished requests stay fetchable."""
 
     async def work() -> None:
-        handle = BatchJob.load(job_file)
+        handle = _load(job_file)
         async with _client(handle) as llm:
             result = await llm.cancel_batch(handle)
         handle.save(job_file)
@@ -135,7 +147,7 @@ def resubmit(job_file: Path) -> None:
     """Send again every item that failed for a retryable reason, as new batches of the job."""
 
     async def work() -> int:
-        handle = BatchJob.load(job_file)
+        handle = _load(job_file)
         async with _client(handle) as llm:
             count = await llm.resubmit_failed(handle)
         handle.save(job_file)

@@ -1,7 +1,9 @@
-"""A local HTTP server that speaks the OpenAI, Anthropic and Gemini live wire formats.
+"""A local HTTP server that speaks the OpenAI, Anthropic and Gemini live and batch wire formats.
 
 Faithful enough for the official SDKs, fast enough for benchmarks, with configurable latency,
-per-minute budgets that answer 429 with real headers, and injected faults::
+per-minute budgets that answer 429 with real headers, injected faults, and batch jobs (files,
+batches, message batches, Gemini batch mode) that end after ``batch_delay_s`` and can fail,
+expire or lose single requests on purpose::
 
     from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
 

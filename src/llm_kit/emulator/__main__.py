@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llm_kit.emulator.config import RESPONDERS, EmulatorConfig
+from llm_kit.emulator.config import BATCH_OPTIONS, RESPONDERS, EmulatorConfig
 from llm_kit.emulator.runner import ready_line
 from llm_kit.emulator.server import serve
 
@@ -13,7 +13,7 @@ from llm_kit.emulator.server import serve
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m llm_kit.emulator",
-        description="Serve the OpenAI, Anthropic and Gemini live APIs locally.",
+        description="Serve the OpenAI, Anthropic and Gemini live and batch APIs locally.",
     )
     add = parser.add_argument
     add("--host", default="127.0.0.1")
@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="keep admission times in /_emulator/stats",
     )
+    for option in BATCH_OPTIONS:
+        flags = [option.flag] + ([option.alias] if option.alias else [])
+        add(*flags, dest=option.field, type=option.kind, help=option.help)
     return parser
 
 

@@ -69,6 +69,10 @@ class AnthropicFamily(Family):
     def parse(self, body: dict[str, Any], request: web.Request) -> Prompt:
         if "anthropic-version" not in request.headers:
             raise RequestError("anthropic-version: header is required")
+        return self.parse_body(body)
+
+    def parse_body(self, body: dict[str, Any]) -> Prompt:
+        """A Messages body → Prompt (live requests and batch ``params`` alike)."""
         for field in ("model", "max_tokens", "messages"):
             if body.get(field) is None:
                 raise RequestError(f"{field}: Field required")
@@ -146,7 +150,7 @@ class AnthropicFamily(Family):
         prompt.schema = schema if isinstance(schema, dict) else {"type": "object"}
         prompt.tool = str(tool.get("name"))
 
-    def render(self, prompt: Prompt, reply: Reply, request: web.Request) -> dict[str, Any]:
+    def render(self, prompt: Prompt, reply: Reply, *, tier: str = "standard") -> dict[str, Any]:
         ident = self.state.new_id()
         content: list[dict[str, Any]]
         if prompt.tool is not None:
@@ -173,12 +177,12 @@ class AnthropicFamily(Family):
                 "cache_read_input_tokens": 0,
                 "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
                 "server_tool_use": None,
-                "service_tier": "standard",
+                "service_tier": tier,
             },
         }
 
     def request_error(self, error: RequestError) -> web.Response:
-        kind = {401: "authentication_error", 404: "not_found_error"}.get(
+        kind = {401: "authentication_error", 404: "not_found_error", 413: "request_too_large"}.get(
             error.status, "invalid_request_error"
         )
         return self._error(error.status, kind, error.message)

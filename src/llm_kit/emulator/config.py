@@ -1,9 +1,9 @@
-"""How an emulator behaves: latency, rate limits, injected faults, responder, processes."""
+"""How an emulator behaves: latency, rate limits, injected faults, responder, batch jobs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 ResponderName = Literal["echo", "local"]
 RESPONDERS: tuple[ResponderName, ...] = ("echo", "local")
@@ -50,7 +50,15 @@ class EmulatorConfig:
     ``rpm``/``tpm`` give each provider family (OpenAI, Anthropic, Gemini) its own token
     buckets. ``record_times`` keeps the wall-clock time of every request admitted past the rate
     limiter in the stats (for benchmarks that check pacing). With ``workers > 1`` each worker
-    process has its own limiter, fault stream and stats.
+    process has its own limiter, fault stream, stats and batch jobs (so batch clients, whose
+    polls may reach any worker, need ``workers = 1``).
+
+    Batch jobs (all three providers): ``batch_delay_s`` is how long a job takes from creation
+    to its end (0: done at the first poll); ``batch_failure_rate`` and ``batch_expire_rate`` are
+    the shares of jobs that fail as a whole or expire (``batch_expire_done_fraction`` of an
+    expiring job's requests still succeed); ``batch_item_error_rate`` is the share of requests
+    that fail one by one. ``batch_max_requests``/``batch_max_bytes`` replace every provider's
+    own per-batch limits, so that tests can check that a client splits its jobs.
     """
 
     latency_s: float = 0.0
@@ -62,6 +70,13 @@ class EmulatorConfig:
     seed: int | None = None
     workers: int = 1
     record_times: bool = False
+    batch_delay_s: float = 0.0
+    batch_failure_rate: float = 0.0
+    batch_expire_rate: float = 0.0
+    batch_expire_done_fraction: float = 0.5
+    batch_item_error_rate: float = 0.0
+    batch_max_requests: int | None = None
+    batch_max_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.latency_s < 0 or self.latency_jitter_s < 0:
@@ -74,6 +89,26 @@ class EmulatorConfig:
             raise ValueError(f"responder must be one of {RESPONDERS}, got {self.responder!r}")
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
+        self._check_batch()
+
+    def _check_batch(self) -> None:
+        if self.batch_delay_s < 0:
+            raise ValueError("batch_delay_s must not be negative")
+        for name in (
+            "batch_failure_rate",
+            "batch_expire_rate",
+            "batch_expire_done_fraction",
+            "batch_item_error_rate",
+        ):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be between 0 and 1, got {value}")
+        if self.batch_failure_rate + self.batch_expire_rate > 1.0 + 1e-9:
+            raise ValueError("batch_failure_rate and batch_expire_rate add up to more than 1")
+        for name in ("batch_max_requests", "batch_max_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1 (or None for the provider's own)")
 
     @classmethod
     def from_options(cls, **options: Any) -> EmulatorConfig:
@@ -108,6 +143,10 @@ class EmulatorConfig:
             argv.append(f"--{flag.replace('_', '-')}={getattr(self.faults, target)}")
         if self.record_times:
             argv.append("--record-times")
+        for option in BATCH_OPTIONS:
+            value = getattr(self, option.field)
+            if value is not None:
+                argv.append(f"{option.flag}={value}")
         return argv
 
 
@@ -123,3 +162,51 @@ FAULT_OPTIONS: dict[str, str] = {
     "hang_seconds": "hang_s",
     "retry_after": "retry_after_s",
 }
+
+
+class BatchOption(NamedTuple):
+    """One batch setting as a command-line flag: ``python -m llm_kit.emulator`` and ``to_argv``
+    are built from these; ``mmirage emulate`` declares the same flags (kept import-free)."""
+
+    field: str  # the EmulatorConfig field, which is also the option's keyword
+    flag: str
+    kind: type[float] | type[int]
+    help: str
+    alias: str | None = None
+
+
+BATCH_OPTIONS: tuple[BatchOption, ...] = (
+    BatchOption(
+        "batch_delay_s",
+        "--batch-delay-s",
+        float,
+        "seconds a batch job takes from creation to its end (default 0: done at the first poll)",
+        alias="--batch-delay",
+    ),
+    BatchOption("batch_failure_rate", "--batch-failure-rate", float, "share of batches that fail"),
+    BatchOption("batch_expire_rate", "--batch-expire-rate", float, "share of batches that expire"),
+    BatchOption(
+        "batch_expire_done_fraction",
+        "--batch-expire-done-fraction",
+        float,
+        "share of an expiring batch's requests that still succeed (default 0.5)",
+    ),
+    BatchOption(
+        "batch_item_error_rate",
+        "--batch-item-error-rate",
+        float,
+        "share of batch requests that fail one by one",
+    ),
+    BatchOption(
+        "batch_max_requests",
+        "--batch-max-requests",
+        int,
+        "requests per batch, for every provider (default: each provider's own limit)",
+    ),
+    BatchOption(
+        "batch_max_bytes",
+        "--batch-max-bytes",
+        int,
+        "bytes per batch, for every provider (default: each provider's own limit)",
+    ),
+)

@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 import orjson
@@ -27,6 +27,7 @@ from llm_kit.emulator.state import EmulatorState
 logger = logging.getLogger(__name__)
 
 JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def retry_headers(wait_s: float) -> dict[str, str]:
@@ -62,8 +63,8 @@ class Family(ABC):
         """A request body → Prompt; raises RequestError for what the provider rejects."""
 
     @abstractmethod
-    def render(self, prompt: Prompt, reply: Reply, request: web.Request) -> dict[str, Any]:
-        """The provider's success body."""
+    def render(self, prompt: Prompt, reply: Reply) -> dict[str, Any]:
+        """The provider's success body (also a batch item's answer)."""
 
     @abstractmethod
     def request_error(self, error: RequestError) -> web.Response:
@@ -133,7 +134,7 @@ class Family(ABC):
         except Exception:  # a responder bug or a model failure: answer like a provider's 500
             logger.exception("the %s responder failed", state.config.responder)
             return self.fault_response(Fault.SERVER_ERROR)
-        return json_response(self.render(prompt, reply, request), headers=headers)
+        return json_response(self.render(prompt, reply), headers=headers)
 
 
 def _drop(request: web.Request) -> None:

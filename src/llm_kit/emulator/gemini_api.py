@@ -5,12 +5,13 @@ The API takes camelCase or snake_case field names and always answers in camelCas
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
 from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.family import JSON_HEADERS, Family, json_response
+from llm_kit.emulator.family import JSON_HEADERS, Family, Handler, json_response
 from llm_kit.emulator.faults import Fault
 from llm_kit.emulator.limits import BudgetState
 from llm_kit.emulator.responder import Prompt, Reply
@@ -19,6 +20,7 @@ _STATUS = {
     400: "INVALID_ARGUMENT",
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
     429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
     503: "UNAVAILABLE",
@@ -37,7 +39,8 @@ _QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
 _RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 
 
-def _get(data: dict[str, Any], camel: str, snake: str) -> Any:
+def get_field(data: dict[str, Any], camel: str, snake: str) -> Any:
+    """A field under its camelCase or its snake_case name (the API takes both)."""
     value = data.get(camel)
     return data.get(snake) if value is None else value
 
@@ -73,18 +76,22 @@ class GeminiFamily(Family):
             raise RequestError(
                 f"Method {action or '(none)'} is not found for models/{model}.", status=404
             )
+        return self.parse_body(body, model)
+
+    def parse_body(self, body: dict[str, Any], model: str) -> Prompt:
+        """A GenerateContentRequest → Prompt (live requests and batch items alike)."""
         contents = body.get("contents")
         if not isinstance(contents, list) or not contents:
             raise RequestError("* GenerateContentRequest.contents: contents is not specified")
-        config = _get(body, "generationConfig", "generation_config") or {}
+        config = get_field(body, "generationConfig", "generation_config") or {}
         prompt = Prompt(
             model,
             [],
-            _get(config, "maxOutputTokens", "max_output_tokens"),
+            get_field(config, "maxOutputTokens", "max_output_tokens"),
             config.get("temperature"),
         )
         chars = 0
-        system = _get(body, "systemInstruction", "system_instruction")
+        system = get_field(body, "systemInstruction", "system_instruction")
         if system:
             text = self._text_of(system, prompt)
             chars += len(text)
@@ -113,21 +120,23 @@ class GeminiFamily(Family):
                 continue
             if "text" in part:
                 texts.append(str(part["text"]))
-            elif _get(part, "inlineData", "inline_data") or _get(part, "fileData", "file_data"):
+            elif get_field(part, "inlineData", "inline_data") or get_field(
+                part, "fileData", "file_data"
+            ):
                 prompt.images += 1
         return "\n".join(texts)
 
     @staticmethod
     def _structured(config: dict[str, Any], prompt: Prompt) -> None:
-        schema = _get(config, "responseJsonSchema", "response_json_schema")
+        schema = get_field(config, "responseJsonSchema", "response_json_schema")
         if schema is None:
-            schema = _get(config, "responseSchema", "response_schema")
+            schema = get_field(config, "responseSchema", "response_schema")
         if isinstance(schema, dict):
             prompt.schema = schema
-        elif _get(config, "responseMimeType", "response_mime_type") == "application/json":
+        elif get_field(config, "responseMimeType", "response_mime_type") == "application/json":
             prompt.json_mode = True
 
-    def render(self, prompt: Prompt, reply: Reply, request: web.Request) -> dict[str, Any]:
+    def render(self, prompt: Prompt, reply: Reply) -> dict[str, Any]:
         return {
             "candidates": [
                 {
@@ -186,8 +195,23 @@ class GeminiFamily(Family):
         return self._error(status, message)
 
 
-def add_routes(app: web.Application, family: GeminiFamily) -> None:
-    # One segment holds "{model}:{action}"; the batch actions will join generateContent here.
-    # google-genai 3.x calls /v1 by default, older SDKs and the docs /v1beta: serve both.
+def add_routes(
+    app: web.Application, family: GeminiFamily, actions: Mapping[str, Handler] | None = None
+) -> None:
+    """POST /{v1beta,v1}/models/{model}:{action}: generateContent, plus ``actions`` (batches).
+
+    One path segment holds "{model}:{action}", so one route serves every action; an unknown one
+    reaches ``family.handle``, which answers Gemini's 404. google-genai 3.x calls /v1 by
+    default, older SDKs and the docs /v1beta: both are served.
+    """
+    handler: Handler = family.handle
+    if actions:
+        table = dict(actions)
+
+        async def dispatch(request: web.Request) -> web.StreamResponse:
+            action = request.match_info["model_action"].rpartition(":")[2]
+            return await table.get(action, family.handle)(request)
+
+        handler = dispatch
     for version in ("v1beta", "v1"):
-        app.router.add_post(f"/{version}/models/{{model_action}}", family.handle)
+        app.router.add_post(f"/{version}/models/{{model_action}}", handler)

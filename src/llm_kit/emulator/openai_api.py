@@ -127,6 +127,10 @@ class OpenAIFamily(Family):
         return json_response(error_body(_NO_KEY, "invalid_request_error"), 401)
 
     def parse(self, body: dict[str, Any], request: web.Request) -> Prompt:
+        return self.parse_body(body)
+
+    def parse_body(self, body: dict[str, Any]) -> Prompt:
+        """A chat completions body → Prompt (live requests and batch lines alike)."""
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise RequestError("you must provide a model parameter")
@@ -175,7 +179,7 @@ class OpenAIFamily(Family):
         elif spec.get("type") == "json_object":
             prompt.json_mode = True
 
-    def render(self, prompt: Prompt, reply: Reply, request: web.Request) -> dict[str, Any]:
+    def render(self, prompt: Prompt, reply: Reply) -> dict[str, Any]:
         return {
             "id": "chatcmpl-" + self.state.new_id(),
             "object": "chat.completion",

@@ -1,8 +1,8 @@
 """The emulator's aiohttp application, and ``serve`` (one process, or N on one port).
 
-Each provider family registers its own routes (``*_api.add_routes``); the batch endpoints
-(/v1/files, /v1/batches, /v1/messages/batches, :batchGenerateContent) will be further route
-groups added in ``create_app``.
+Each provider family registers its own live routes (``*_api.add_routes``); ``batch_routes``
+adds the batch endpoints of all three (/v1/files, /v1/batches, /v1/messages/batches,
+:batchGenerateContent, /v1beta/batches, Gemini's upload and download).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llm_kit.emulator import anthropic_api, gemini_api, models_api, openai_api
+from llm_kit.emulator import anthropic_api, batch_routes, gemini_api, models_api, openai_api
 from llm_kit.emulator.config import EmulatorConfig
 from llm_kit.emulator.family import json_response
 from llm_kit.emulator.state import EmulatorState
@@ -34,16 +34,18 @@ ReadyCallback = Callable[[int], None]
 
 
 def create_app(config: EmulatorConfig | None = None) -> web.Application:
-    """The application, with the live endpoints of all three providers and /_emulator/*."""
+    """The application: the live and batch endpoints of all three providers, /_emulator/*."""
     state = EmulatorState(config or EmulatorConfig())
     # Request bodies of image-heavy prompts are far above aiohttp's 1 MiB default.
     app = web.Application(client_max_size=64 * 1024**2)
     app[STATE] = state
     openai = openai_api.OpenAIFamily(state)
     anthropic = anthropic_api.AnthropicFamily(state)
+    gemini = gemini_api.GeminiFamily(state)
     openai_api.add_routes(app, openai)
     anthropic_api.add_routes(app, anthropic)
-    gemini_api.add_routes(app, gemini_api.GeminiFamily(state))
+    gemini_actions = batch_routes.add_routes(app, openai, anthropic, gemini)
+    gemini_api.add_routes(app, gemini, gemini_actions)
     models_api.add_routes(app, openai, anthropic)
     app.router.add_get("/_emulator/stats", _stats)
     app.router.add_post("/_emulator/reset", _reset)
@@ -51,7 +53,11 @@ def create_app(config: EmulatorConfig | None = None) -> web.Application:
     async def on_shutdown(_: web.Application) -> None:
         state.stop()  # wake injected hangs so that shutdown does not wait for them
 
+    async def on_cleanup(_: web.Application) -> None:
+        await state.batches.close()  # stop the jobs' work, remove their files
+
     app.on_shutdown.append(on_shutdown)
+    app.on_cleanup.append(on_cleanup)
     return app
 
 

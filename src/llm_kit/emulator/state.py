@@ -1,4 +1,5 @@
-"""What one emulator process holds while it runs: config, responder, budgets, faults, stats."""
+"""What one emulator process holds while it runs: config, responder, budgets, faults, stats,
+and the batch jobs with their files."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import random
 import time
 from typing import Any
 
+from llm_kit.emulator.batch_job import Fates
+from llm_kit.emulator.batch_runner import Runner
+from llm_kit.emulator.batch_store import BatchStore
 from llm_kit.emulator.config import EmulatorConfig
 from llm_kit.emulator.faults import FaultInjector
 from llm_kit.emulator.limits import FamilyLimiter
@@ -23,10 +27,11 @@ class Stats:
 
     ``status`` counts answers by HTTP status, plus ``"reset"`` for dropped connections;
     ``times`` (only when ``record_times``) holds the wall-clock time of every request admitted
-    past the rate limiter.
+    past the rate limiter; ``batches`` the batch jobs created, by provider. Batch API calls
+    (files, batches, results) count as requests like any other.
     """
 
-    __slots__ = ("families", "record_times", "requests", "started", "status", "times")
+    __slots__ = ("batches", "families", "record_times", "requests", "started", "status", "times")
 
     def __init__(self, record_times: bool) -> None:
         self.record_times = record_times
@@ -37,6 +42,7 @@ class Stats:
         self.status: dict[str, int] = {}
         self.families: dict[str, int] = {}
         self.times: list[float] = []
+        self.batches: dict[str, int] = {}
         self.started = time.time()
 
     def count(self, family: str, status: int | str) -> None:
@@ -45,12 +51,16 @@ class Stats:
         self.status[key] = self.status.get(key, 0) + 1
         self.families[family] = self.families.get(family, 0) + 1
 
+    def count_batch(self, provider: str) -> None:
+        self.batches[provider] = self.batches.get(provider, 0) + 1
+
     def snapshot(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "pid": os.getpid(),
             "requests": self.requests,
             "status": dict(self.status),
             "families": dict(self.families),
+            "batches": dict(self.batches),
             "started": self.started,
         }
         if self.record_times:
@@ -66,6 +76,11 @@ class EmulatorState:
         self.responder: Responder = make_responder(config.responder)
         self.faults = FaultInjector(config.faults, config.seed)
         self.stats = Stats(config.record_times)
+        self.batches = BatchStore()
+        self.fates = Fates(config)
+        self.runner = Runner(
+            self.batches, config.batch_item_error_rate, config.batch_expire_done_fraction
+        )
         self._latency_rng = random.Random(None if config.seed is None else config.seed + 1)
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}"

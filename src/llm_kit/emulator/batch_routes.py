@@ -1,0 +1,97 @@
+"""Every batch route of the three providers, on one app.
+
+OpenAI and Gemini share paths: google-genai 3.x calls /v1/files/{id} and /v1/batches/{id}, as
+OpenAI's SDK does. The caller's key tells them apart: Gemini sends ``x-goog-api-key`` (or
+``?key=``), OpenAI a bearer token. Each handler sits behind its family's key check, and every
+answer is counted in the stats.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from llm_kit.emulator.anthropic_api import AnthropicFamily
+from llm_kit.emulator.anthropic_batch import AnthropicBatches
+from llm_kit.emulator.batch_http import guarded
+from llm_kit.emulator.family import Handler
+from llm_kit.emulator.gemini_api import GeminiFamily
+from llm_kit.emulator.gemini_batch import GeminiBatches
+from llm_kit.emulator.gemini_files import GeminiFiles
+from llm_kit.emulator.openai_api import OpenAIFamily
+from llm_kit.emulator.openai_batch import OpenAIBatches
+from llm_kit.emulator.openai_files import OpenAIFiles
+
+_GEMINI_VERSIONS = "{version:v1beta|v1}"
+
+
+def is_gemini(request: web.Request) -> bool:
+    return "x-goog-api-key" in request.headers or "key" in request.query
+
+
+def _either(openai: Handler | None, gemini: Handler | None) -> Handler:
+    if openai is None or gemini is None:
+        handler = openai or gemini
+        assert handler is not None
+        return handler
+
+    async def dispatch(request: web.Request) -> web.StreamResponse:
+        return await (gemini if is_gemini(request) else openai)(request)
+
+    return dispatch
+
+
+def add_routes(
+    app: web.Application,
+    openai: OpenAIFamily,
+    anthropic: AnthropicFamily,
+    gemini: GeminiFamily,
+) -> dict[str, Handler]:
+    """Add the routes; returns the Gemini model actions (``batchGenerateContent``), which
+    share the ``models/{model}:{action}`` route of ``gemini_api``."""
+    openai_files, openai_batches = OpenAIFiles(openai), OpenAIBatches(openai)
+    gemini_files, gemini_batches = GeminiFiles(gemini), GeminiBatches(gemini)
+
+    def o(handler: Handler) -> Handler:
+        return guarded(openai, handler)
+
+    def g(handler: Handler) -> Handler:
+        return guarded(gemini, handler)
+
+    def a(handler: Handler) -> Handler:
+        return guarded(anthropic, handler)
+
+    # (method, path under /v1 or /v1beta, OpenAI handler, Gemini handler)
+    shared: list[tuple[str, str, Handler | None, Handler | None]] = [
+        ("POST", "/files", o(openai_files.create), None),
+        ("GET", "/files", o(openai_files.list), g(gemini_files.list)),
+        ("GET", "/files/{file_id}", o(openai_files.retrieve), g(gemini_files.retrieve)),
+        ("DELETE", "/files/{file_id}", o(openai_files.delete), g(gemini_files.delete)),
+        ("GET", "/files/{file_id}/content", o(openai_files.content), None),
+        ("POST", "/batches", o(openai_batches.create), None),
+        ("GET", "/batches", o(openai_batches.list), g(gemini_batches.list)),
+        ("GET", "/batches/{batch_id}", o(openai_batches.retrieve), g(gemini_batches.retrieve)),
+        ("POST", "/batches/{batch_id}/cancel", o(openai_batches.cancel), None),
+        ("POST", "/batches/{batch_id}", None, g(gemini_batches.post)),  # {id}:cancel
+        ("DELETE", "/batches/{batch_id}", None, g(gemini_batches.delete)),
+    ]
+    router = app.router
+    for method, path, openai_handler, gemini_handler in shared:
+        router.add_route(method, "/{version:v1}" + path, _either(openai_handler, gemini_handler))
+        if gemini_handler is not None:
+            router.add_route(method, "/{version:v1beta}" + path, gemini_handler)
+
+    # The upload session's id is the credential of its chunks: they carry no key.
+    upload = guarded(gemini, gemini_files.upload, keyed=False)
+    router.add_post(f"/upload/{_GEMINI_VERSIONS}/files", upload)
+    router.add_get(f"/download/{_GEMINI_VERSIONS}/files/{{file_id}}", g(gemini_files.download))
+
+    anthropic_batches = AnthropicBatches(anthropic)
+    base = "/v1/messages/batches"
+    router.add_post(base, a(anthropic_batches.create))
+    router.add_get(base, a(anthropic_batches.list))
+    router.add_get(base + "/{batch_id}", a(anthropic_batches.retrieve))
+    router.add_delete(base + "/{batch_id}", a(anthropic_batches.delete))
+    router.add_post(base + "/{batch_id}/cancel", a(anthropic_batches.cancel))
+    router.add_get(base + "/{batch_id}/results", a(anthropic_batches.results))
+
+    return {"batchGenerateContent": g(gemini_batches.create)}
