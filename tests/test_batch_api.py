@@ -249,3 +249,40 @@ def test_fetch_from_a_fresh_process_with_only_the_key_in_env(
     rows = orjson.loads(done.stdout)
     assert len(rows) == 6 and all(r["ok"] for r in rows)
     assert {r["metadata"]["row"] for r in rows} == set(range(6))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_run_batch_api_retry_failed_ends_with_every_item_ok(fmt: str, tmp_path: Path) -> None:
+    with running_emulator(EmulatorConfig(batch_item_error_rate=0.3, seed=9)) as emu:
+        llm = make_llm(emu, fmt)
+        out = tmp_path / "out.jsonl"
+        items = [BatchItem(f"r{i}", [Message.user(f"q{i}")]) for i in range(30)]
+        written = await llm.run_batch_api(
+            items, out, poll_interval=0.02, retry_failed=True, max_rounds=20
+        )
+        await llm.aclose()
+        assert emu.stats()["batches"][fmt] > 1  # failures really were resubmitted
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert written == 30 == len(records) == len({r["id"] for r in records})
+    # Only invalid_request-style errors (not retryable) may remain.
+    assert all(r["ok"] or not r["retryable"] for r in records)
+
+
+async def test_run_batch_api_resumes_a_job_whose_creation_was_cut_short(
+    emu: Any, tmp_path: Path
+) -> None:
+    """A crash after 1 of 3 batches was created: the rerun creates the other two, once."""
+    llm = make_llm(emu, "openai", batch_max_requests=4)
+    items = make_items(12)
+    out = tmp_path / "out.jsonl"
+    job = await llm.submit_batch(items, spool_dir=tmp_path / "out.jsonl.spool")
+    assert len(job.batches) == 3
+    job.batches = job.batches[:1]  # as if the process died after the first creation
+    job.save(tmp_path / "out.jsonl.job.json")
+    assert await llm.run_batch_api(items, out, poll_interval=0.02) == 12
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert sorted(r["id"] for r in records) == sorted(i.id for i in items)
+    assert all(r["ok"] for r in records)
+    # the first batch plus the 8 missing items as two new batches of at most 4
+    assert len(BatchJob.load(tmp_path / "out.jsonl.job.json").batches) == 3
+    await llm.aclose()
