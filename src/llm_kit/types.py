@@ -124,12 +124,15 @@ class BatchItem:
             self.id = str(self.id)
         if not isinstance(self.id, str) or not self.id:
             raise ConfigError(f"BatchItem.id must be a non-empty string, got {self.id!r}")
-        if isinstance(self.messages, Message | Mapping) or not isinstance(self.messages, list):
+        messages = self.messages
+        if type(messages) is not list:  # the common case costs one check: items come by millions
             raise ConfigError(f"BatchItem {self.id!r}: messages must be a list of messages")
-        if not self.messages:
+        if not messages:
             raise ConfigError(f"BatchItem {self.id!r}: messages is empty")
-        if not all(type(m) is Message for m in self.messages):
-            self.messages = [Message.coerce(m) for m in self.messages]
+        for message in messages:
+            if type(message) is not Message:
+                self.messages = [Message.coerce(m) for m in messages]
+                break
         model = self.response_model
         if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise ConfigError(

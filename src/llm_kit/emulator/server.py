@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import multiprocessing
 import queue
 import signal
@@ -139,7 +140,14 @@ def serve(
     if config.workers > 1:
         _serve_workers(host, port, config, ready)
         return
+    _tune_gc()
     run_loop(_serve_until_signal(bind_socket(host, port), config, ready))
+
+
+def _tune_gc() -> None:
+    """Collect young objects less often: a batch body of 100,000 requests parses into a million
+    small containers, and the default thresholds made parsing it about 4x slower."""
+    gc.set_threshold(100_000, 50, 100)
 
 
 def _worker(host: str, port: int, config: EmulatorConfig, ready: Any) -> None:
@@ -147,6 +155,7 @@ def _worker(host: str, port: int, config: EmulatorConfig, ready: Any) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
     sock = bind_socket(host, port, reuse_port=True)
+    _tune_gc()
     run_loop(_serve_until_signal(sock, config, lambda _: ready.put(True)))
 
 

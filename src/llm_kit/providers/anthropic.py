@@ -37,14 +37,13 @@ class AnthropicCodec(Codec):
         sampling: Mapping[str, Any],
         schema: ResponseSchema | None,
     ) -> dict[str, Any]:
-        system = "\n\n".join(m.text for m in messages if m.role == "system")
         body: dict[str, Any] = {
             "model": model,
             "max_tokens": DEFAULT_MAX_TOKENS,
             "messages": [_message(m) for m in messages if m.role != "system"],
         }
-        if system:
-            body["system"] = system
+        if len(body["messages"]) != len(messages):
+            body["system"] = "\n\n".join(m.text for m in messages if m.role == "system")
         for key, value in sampling.items():
             if value is None or key in _UNSUPPORTED:
                 continue
