@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from llm_kit import jsonl
 from llm_kit.batch import runner
-from llm_kit.batch.backend import BatchBackend, BatchLimits
+from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk
 from llm_kit.batch.job import BatchJob, BatchJobStatus
 from llm_kit.errors import ConfigError
 from llm_kit.pipeline import Items
@@ -93,7 +93,25 @@ class BatchAPI:
         """Serialise every request to disk, split into provider-legal batches, upload, create."""
         backend = self._batch_backend()
         directory = Path(spool_dir) if spool_dir else default_spool_dir(backend.name)
-        job, chunks = await asyncio.to_thread(
+        job, chunks = await self._spool(backend, items, directory)
+        await runner.create_batches(backend, job, chunks)
+        return job
+
+    async def _spool(
+        self,
+        backend: BatchBackend,
+        items: Iterable[BatchItem],
+        directory: Path,
+        models: dict[str, type[BaseModel]] | None = None,
+    ) -> tuple[BatchJob, list[Chunk]]:
+        """Build every request on disk (in a thread: the event loop stays free), collecting
+        the response models into ``models`` on the way when asked."""
+
+        def remember(item: BatchItem) -> None:
+            if models is not None and item.response_model is not None:
+                models[item.id] = item.response_model
+
+        return await asyncio.to_thread(
             runner.spool,
             items,
             backend=backend,
@@ -102,9 +120,8 @@ class BatchAPI:
             limits=self._limits(backend),
             directory=directory,
             base_url=self.base_url or "",
+            on_model=remember,
         )
-        await runner.create_batches(backend, job, chunks)
-        return job
 
     async def poll_batch(self, job: BatchJob) -> BatchJobStatus:
         """Ask the provider how every batch of the job is doing; updates ``job`` in place."""
@@ -196,18 +213,8 @@ class BatchAPI:
                 raise ConfigError("run_batch_api needs a (sync) iterable of BatchItem")
             pending = (item for item in items if item.id not in done)
             backend = self._batch_backend()
-            job, chunks = await asyncio.to_thread(
-                runner.spool,
-                pending,
-                backend=backend,
-                codec=get_codec(self.message_format),
-                sampling=self.sampling,
-                limits=self._limits(backend),
-                directory=out.with_name(out.name + ".spool"),
-                base_url=self.base_url or "",
-                on_model=lambda item: models.update(
-                    {item.id: item.response_model} if item.response_model else {}
-                ),
+            job, chunks = await self._spool(
+                backend, pending, out.with_name(out.name + ".spool"), models
             )
             job.save(job_path)  # before any upload: a crash leaves a handle that can resubmit
             await runner.create_batches(backend, job, chunks, on_created=lambda: job.save(job_path))

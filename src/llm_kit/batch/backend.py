@@ -34,6 +34,17 @@ class Chunk:
     bytes: int = 0
     indices: list[int] | None = None  # set for resubmissions (scattered items)
 
+    def batch(self, batch_id: str, **fields: Any) -> ProviderBatch:
+        """The provider batch this chunk became."""
+        return ProviderBatch(
+            id=batch_id,
+            first=self.first,
+            count=self.count,
+            indices=self.indices,
+            bytes=self.bytes,
+            **fields,
+        )
+
 
 @dataclass(slots=True)
 class Outcome:

@@ -35,13 +35,7 @@ class AnthropicBatchBackend(BatchBackend):
             timeout=3600,
             what="creating a message batch",
         )
-        batch = ProviderBatch(
-            id=created["id"],
-            first=chunk.first,
-            count=chunk.count,
-            indices=chunk.indices,
-            bytes=chunk.bytes,
-        )
+        batch = chunk.batch(created["id"])
         self._update(batch, created)
         return batch
 

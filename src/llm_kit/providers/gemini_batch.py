@@ -54,13 +54,7 @@ class GeminiBatchBackend(BatchBackend):
             timeout=3600,
             what="creating a Gemini batch",
         )
-        batch = ProviderBatch(
-            id=created["name"],
-            first=chunk.first,
-            count=chunk.count,
-            indices=chunk.indices,
-            bytes=chunk.bytes,
-        )
+        batch = chunk.batch(created["name"])
         self._update(batch, created)
         return batch
 

@@ -58,14 +58,7 @@ class OpenAIBatchBackend(BatchBackend):
             ),
             what="creating a batch",
         )
-        batch = ProviderBatch(
-            id=created["id"],
-            first=chunk.first,
-            count=chunk.count,
-            indices=chunk.indices,
-            input_file_id=uploaded["id"],
-            bytes=chunk.bytes,
-        )
+        batch = chunk.batch(created["id"], input_file_id=uploaded["id"])
         self._update(batch, created)
         return batch
 
