@@ -71,3 +71,14 @@ async def test_retry_failed_reruns_only_retryable_failures(tmp_path: Path) -> No
         assert healthy.stats()["requests"] == len(first.retryable) == written
     records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     assert len(records) == 40 and all(r["ok"] for r in records)
+
+
+def test_scan_is_not_fooled_by_result_shaped_responses(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    nested = {"id": "ghost", "ok": False, "retryable": True}
+    with JsonlWriter(path) as writer:
+        writer.write(BatchResult("real", True, response=nested))
+        writer.write(BatchResult("other", False, error="x", retryable=True))
+    checkpoint = scan(path)
+    assert checkpoint.done == {"real", "other"}
+    assert checkpoint.retryable == {"other"}

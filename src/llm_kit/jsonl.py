@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
@@ -16,6 +19,9 @@ from llm_kit.types import BatchResult
 _ID_PREFIX = b'{"id":"'
 _OK_KEY = b'","ok":'
 _TRUE = ord("t")
+_BLOCK_HEAD = re.compile(rb'\n\{"id":"([^"\\\n]*)","ok":(t|f)[a-z]+,"retryable":(t|f)')
+_FAILED = (b"f", False)  # the block path yields bytes flags, the line path booleans
+_TRUE_FLAGS = (b"t", True)
 
 
 @dataclass
@@ -60,17 +66,35 @@ def scan(path: Path) -> Checkpoint:
     checkpoint.repaired_bytes = repair_torn_tail(path)
     done, retryable = checkpoint.done, checkpoint.retryable
     with open(path, "rb") as f:
-        for line in f:
-            head = _read_head(line)
-            if head is None:
-                continue  # a blank or foreign line: not ours to judge
-            item_id, ok, can_retry = head
-            done.add(item_id)
-            if not ok and can_retry:
-                retryable.add(item_id)
-            else:
-                retryable.discard(item_id)
+        for block in _blocks(f):
+            # One regex pass over a block finds every line head at C speed; the pattern starts
+            # with a newline, so it can only match at the start of a line (newlines inside JSON
+            # strings are escaped). A block with any other line takes the line-by-line path.
+            heads = _BLOCK_HEAD.findall(block)
+            if len(heads) != block.count(b"\n") - 1:
+                heads = [h for h in map(_read_head, block[1:].splitlines()) if h is not None]
+            for item_id, ok, can_retry in heads:
+                if isinstance(item_id, bytes):
+                    item_id = item_id.decode()
+                done.add(item_id)
+                if ok in _FAILED and can_retry in _TRUE_FLAGS:
+                    retryable.add(item_id)
+                else:
+                    retryable.discard(item_id)
     return checkpoint
+
+
+def _blocks(f: BinaryIO, size: int = 1 << 24) -> Iterator[bytes]:
+    """Whole lines, about ``size`` bytes at a time, each block preceded by a newline."""
+    rest = b""
+    while block := f.read(size):
+        block = rest + block
+        cut = block.rfind(b"\n") + 1
+        if cut:
+            yield b"\n" + block[:cut]
+        rest = block[cut:]
+    if rest:
+        yield b"\n" + rest + b"\n"
 
 
 def _read_head(line: bytes) -> tuple[str, bool, bool] | None:
