@@ -284,5 +284,29 @@ async def test_run_batch_api_resumes_a_job_whose_creation_was_cut_short(
     assert sorted(r["id"] for r in records) == sorted(i.id for i in items)
     assert all(r["ok"] for r in records)
     # the first batch plus the 8 missing items as two new batches of at most 4
-    assert len(BatchJob.load(tmp_path / "out.jsonl.job.json").batches) == 3
+    assert len(BatchJob.load(tmp_path / "out.jsonl.job.done.json").batches) == 3
     await llm.aclose()
+
+
+async def test_run_batch_api_again_with_more_items_sends_only_the_new_ones(
+    emu: Any, tmp_path: Path
+) -> None:
+    llm = make_llm(emu, "anthropic")
+    out = tmp_path / "out.jsonl"
+    assert await llm.run_batch_api(make_items(10), out, poll_interval=0.02) == 10
+    before = emu.stats()["batches"]["anthropic"]
+    assert await llm.run_batch_api(make_items(16), out, poll_interval=0.02) == 6
+    assert emu.stats()["batches"]["anthropic"] == before + 1
+    ids = [orjson.loads(line)["id"] for line in out.read_bytes().splitlines()]
+    assert sorted(ids) == [f"item-{i:06d}" for i in range(16)]
+    await llm.aclose()
+
+
+def test_an_unreadable_result_line_ends_as_that_items_error_only() -> None:
+    from llm_kit.batch.backend import Outcome, decode_lines
+
+    lines = iter([b'{"custom_id": "0"}', b"garbage", b'{"custom_id": "2"}'])
+    decoded = list(
+        decode_lines(lines, lambda line: Outcome(int(orjson.loads(line)["custom_id"])), "f")
+    )
+    assert [o.index for o in decoded] == [0, 2]

@@ -84,7 +84,7 @@ def test_duplicate_ids_and_empty_jobs_are_refused_before_upload(tmp_path: Path) 
             codec=get_codec("openai"),
             sampling={},
             limits=BatchLimits(10, 10**6),
-            directory=tmp_path,
+            directory=tmp_path / "a",
             base_url="x",
         )
     with pytest.raises(ConfigError, match="the item list is empty"):
@@ -94,9 +94,22 @@ def test_duplicate_ids_and_empty_jobs_are_refused_before_upload(tmp_path: Path) 
             codec=get_codec("openai"),
             sampling={},
             limits=BatchLimits(10, 10**6),
-            directory=tmp_path,
+            directory=tmp_path / "b",
             base_url="x",
         )
+    assert not list((tmp_path / "a").iterdir())  # the refused job left no requests behind
+    # A spool directory holding another job's requests is refused: they could be resubmitted.
+    kwargs = {
+        "backend": backend(),
+        "codec": get_codec("openai"),
+        "sampling": {},
+        "limits": BatchLimits(10, 10**6),
+        "directory": tmp_path / "c",
+        "base_url": "x",
+    }
+    spool(items(2), **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="already holds the requests of another job"):
+        spool(items(2), **kwargs)  # type: ignore[arg-type]
 
 
 def test_unschematisable_response_model_is_refused(tmp_path: Path) -> None:

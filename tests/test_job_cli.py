@@ -54,6 +54,11 @@ def test_status_fetch_resubmit(tmp_path: Path) -> None:
         assert failed > 0
         again = mmirage("job", "resubmit", str(job))
         assert again.returncode == 0 and f"resubmitted {failed} items" in again.stdout
+        # The resubmitted items' new results replace their failures: one line per id.
+        mmirage("job", "fetch", str(job), "--output", str(out))
+        records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+        assert len(records) == len({r["id"] for r in records}) == 20
+        assert sum(not r["ok"] for r in records) < failed
     assert KEY not in job.read_text() and KEY not in out.read_text()
 
 

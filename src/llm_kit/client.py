@@ -101,11 +101,7 @@ class LLM(BatchAPI):
             self.base_url = base_url or codec.default_base_url
             self._api_key = api_key or _key_from_env(message_format)
             if not self._api_key and base_url is None:
-                names = " or ".join(_KEY_ENV[message_format])
-                raise MissingAPIKeyError(
-                    f"no API key for {message_format}: set {names} in the environment "
-                    "or pass api_key=..."
-                )
+                require_key(message_format)
 
     def __repr__(self) -> str:  # never shows the key
         return f"LLM(model={self.model!r}, message_format={self.message_format!r})"
@@ -320,6 +316,17 @@ class LLM(BatchAPI):
                 if not result.ok and config.on_failure == "raise":
                     raise BatchItemFailed(result.id, result.error or "unknown error")
                 yield result
+
+
+def require_key(message_format: str) -> str:
+    """The provider's key from the environment, or MissingAPIKeyError saying what to set."""
+    key = _key_from_env(message_format)
+    if not key:
+        names = " or ".join(_KEY_ENV[message_format])
+        raise MissingAPIKeyError(
+            f"no API key for {message_format}: set {names} in the environment or pass api_key=..."
+        )
+    return key
 
 
 def _key_from_env(message_format: str) -> str | None:

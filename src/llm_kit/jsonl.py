@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -167,3 +167,24 @@ def drop_superseded(path: Path, retried: set[str]) -> int:
 def _line_id(line: bytes) -> str | None:
     head = _read_head(line)
     return head[0] if head else None
+
+
+async def append_results(path: Path, results: AsyncIterator[BatchResult]) -> tuple[int, int]:
+    """Append results to ``path``, keeping one line per id: ids already there are skipped,
+    except those whose line is a retryable error, whose newer line replaces it. Returns
+    (lines written, of which failures)."""
+    checkpoint = scan(path)
+    written = failed = 0
+    replaced: set[str] = set()
+    with JsonlWriter(path) as writer:
+        async for result in results:
+            if result.id in checkpoint.retryable:
+                replaced.add(result.id)
+            elif result.id in checkpoint.done:
+                continue
+            writer.write(result)
+            written += 1
+            failed += not result.ok
+    if replaced:
+        drop_superseded(path, replaced)
+    return written, failed

@@ -45,7 +45,9 @@ def _load(job_file: Path) -> BatchJob:
 
 def _client(job: BatchJob) -> LLM:
     from llm_kit import LLM
+    from llm_kit.client import require_key
 
+    require_key(job.provider)  # a provider batch job always needs the key
     return LLM(model=job.model, message_format=job.provider, base_url=job.base_url or None)
 
 
@@ -107,18 +109,9 @@ def fetch(job_file: Path, output: Path, wait: bool, poll_interval: float) -> Non
                 await asyncio.sleep(poll_interval)
                 current = await llm.poll_batch(handle)
             handle.save(job_file)
-            from llm_kit.jsonl import JsonlWriter, scan
+            from llm_kit.jsonl import append_results
 
-            done = scan(output).done
-            written = failed = 0
-            with JsonlWriter(output) as writer:
-                async for result in llm.fetch_batch_results(handle):
-                    if result.id in done:
-                        continue
-                    writer.write(result)
-                    written += 1
-                    failed += not result.ok
-        return written, failed
+            return await append_results(output, llm.fetch_batch_results(handle))
 
     written, failed = _run(work)
     click.echo(f"wrote {written} results to {output} ({written - failed} ok, {failed} failed)")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
+import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +19,7 @@ from llm_kit import jsonl
 from llm_kit.batch import runner
 from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk
 from llm_kit.batch.job import BatchJob, BatchJobStatus
-from llm_kit.errors import ConfigError
+from llm_kit.errors import ConfigError, LLMKitError, ProviderError
 from llm_kit.pipeline import Items
 from llm_kit.providers import get_codec
 from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
@@ -27,6 +29,17 @@ from llm_kit.types import BatchConfig, BatchItem, BatchResult
 
 if TYPE_CHECKING:
     from llm_kit.backends import Backend
+
+logger = logging.getLogger(__name__)
+
+
+class BatchSubmitError(LLMKitError):
+    """Some batches of a job were created before a failure; ``job`` holds them."""
+
+    def __init__(self, message: str, job: BatchJob) -> None:
+        super().__init__(message)
+        self.job = job
+
 
 BATCH_BACKENDS: dict[str, type[BatchBackend]] = {
     "openai": OpenAIBatchBackend,
@@ -90,11 +103,24 @@ class BatchAPI:
     async def submit_batch(
         self, items: Iterable[BatchItem], *, spool_dir: str | os.PathLike[str] | None = None
     ) -> BatchJob:
-        """Serialise every request to disk, split into provider-legal batches, upload, create."""
+        """Serialise every request to disk, split into provider-legal batches, upload, create.
+
+        If a creation fails after others succeeded, ``BatchSubmitError.job`` holds the batches
+        the provider has: save it; ``resubmit_failed`` sends the items left out.
+        """
         backend = self._batch_backend()
         directory = Path(spool_dir) if spool_dir else default_spool_dir(backend.name)
         job, chunks = await self._spool(backend, items, directory)
-        await runner.create_batches(backend, job, chunks)
+        try:
+            await runner.create_batches(backend, job, chunks)
+        except Exception as exc:
+            if not job.batches:
+                raise
+            raise BatchSubmitError(
+                f"{len(job.batches)} of {len(chunks)} batches were created before this failure: "
+                f"{exc}. Save exc.job to keep them; resubmit_failed(exc.job) sends the rest",
+                job,
+            ) from exc
         return job
 
     async def _spool(
@@ -149,16 +175,19 @@ class BatchAPI:
         items: Iterable[BatchItem] | None = None,
         *,
         kinds: Iterable[str] | None = None,
+        on_created: Callable[[], None] | None = None,
     ) -> int:
         """Send again, as new batches of the same job, every item whose outcome is a retryable
         failure (errored, expired, canceled, missing, not submitted), or only those whose
         ``error_kind`` is in ``kinds``. Returns how many were resubmitted. The requests come
-        from the job's spool files, or from ``items`` when given."""
+        from the job's spool files, or from ``items`` when given (then answers that failed
+        their response_model count as failures too). ``on_created`` runs after each new batch
+        (to save the handle)."""
         backend = self._check_job(job)
         wanted = set(kinds) if kinds is not None else None
         failed = {
             index
-            async for index, result in runner.outcomes(backend, job, {})
+            async for index, result in runner.outcomes(backend, job, runner.models_of(items))
             if not result.ok
             and result.retryable
             and (wanted is None or result.error_kind in wanted)
@@ -177,7 +206,7 @@ class BatchAPI:
             codec=get_codec(self.message_format),
             sampling=self.sampling,
         )
-        await runner.create_batches(backend, job, chunks)
+        await runner.create_batches(backend, job, chunks, on_created)
         return len(failed)
 
     async def run_batch_api(
@@ -190,61 +219,92 @@ class BatchAPI:
         max_rounds: int = 3,
         progress: bool = False,
     ) -> int:
-        """Submit, poll until every batch ends, write reconciled results to ``path``.
+        """Submit, poll until every batch ends, write reconciled results to ``path``; return
+        how many lines were written.
 
-        The job handle is kept beside the output (``<path>.job.json``): run it again after a
-        crash and it resumes the same provider batches instead of paying twice; ids already
-        in the output are skipped, as with ``batch_to_jsonl(resume=True)``.
+        The job handle lives beside the output (``<path>.job.json``) until the results are
+        written: run it again after a crash and it resumes the same provider batches instead
+        of paying twice. Ids already in the output are skipped, as with
+        ``batch_to_jsonl(resume=True)``; with ``retry_failed=True`` items recorded there with a
+        retryable error are sent again too, and failures are resubmitted (up to
+        ``max_rounds``) before the results are written.
         """
+        if not isinstance(items, Iterable):
+            raise ConfigError("run_batch_api needs a (sync) iterable of BatchItem")
         out = Path(path)
         job_path = out.with_name(out.name + ".job.json")
-        done = jsonl.scan(out).done if out.exists() else set()
+        reusable = isinstance(items, list | tuple)
         models: dict[str, type[BaseModel]] = {}
         if job_path.exists():
             job = BatchJob.load(job_path)
             self._check_job(job)
-            models = runner.models_of(items)
+            models = runner.models_of(items) if reusable else {}
             await self._wait(job, job_path, poll_interval, progress)
             # A crash while the batches were being created: send what never left, once.
-            if await self.resubmit_failed(job, kinds={"not_submitted"}):
-                job.save(job_path)
-        else:
-            if not isinstance(items, Iterable):
-                raise ConfigError("run_batch_api needs a (sync) iterable of BatchItem")
-            pending = (item for item in items if item.id not in done)
-            backend = self._batch_backend()
-            job, chunks = await self._spool(
-                backend, pending, out.with_name(out.name + ".spool"), models
+            await self.resubmit_failed(
+                job, kinds={"not_submitted"}, on_created=lambda: job.save(job_path)
             )
+        else:
+            checkpoint = jsonl.scan(out)
+            skip = checkpoint.done - checkpoint.retryable if retry_failed else checkpoint.done
+            pending = [item for item in items if item.id not in skip]
+            if not pending:
+                return 0
+            backend = self._batch_backend()
+            spool_dir = out.with_name(out.name + ".spool")
+            shutil.rmtree(spool_dir, ignore_errors=True)  # no handle: nothing of it was sent
+            job, chunks = await self._spool(backend, pending, spool_dir, models)
             job.save(job_path)  # before any upload: a crash leaves a handle that can resubmit
-            await runner.create_batches(backend, job, chunks, on_created=lambda: job.save(job_path))
+            await runner.create_batches(backend, job, chunks, lambda: job.save(job_path))
         rounds = 0
         while True:
             await self._wait(job, job_path, poll_interval, progress)
             if not retry_failed or rounds >= max_rounds:
                 break
-            if not await self.resubmit_failed(job):
+            resent = await self.resubmit_failed(
+                job, items if reusable else None, on_created=lambda: job.save(job_path)
+            )
+            if not resent:
                 break
             rounds += 1
-            job.save(job_path)
-        written = 0
-        with jsonl.JsonlWriter(out) as writer:
-            async for result in runner.fetch(self._check_job(job), job, models):
-                if result.id not in done:
-                    writer.write(result)
-                    written += 1
+        backend = self._check_job(job)
+        written, _ = await jsonl.append_results(out, runner.fetch(backend, job, models))
+        # The output now holds every item of the job: the handle has done its work.
+        job_path.replace(out.with_name(out.name + ".job.done.json"))
         if job.spool_dir and Path(job.spool_dir).is_dir():
             shutil.rmtree(job.spool_dir, ignore_errors=True)
+        known = set(job.item_ids)
+        if reusable and any(i.id not in known for i in items):
+            # Items added since the job was submitted: a new job for them.
+            written += await self.run_batch_api(
+                items,
+                out,
+                poll_interval=poll_interval,
+                retry_failed=retry_failed,
+                max_rounds=max_rounds,
+                progress=progress,
+            )
         return written
 
     async def _wait(
         self, job: BatchJob, job_path: Path, poll_interval: float, progress: bool
     ) -> None:
+        """Poll until every batch has ended; a transient error only delays the next poll."""
+        failures = 0
         while True:
-            status = await self.poll_batch(job)
+            try:
+                status = await self.poll_batch(job)
+            except ProviderError as exc:
+                if not exc.retryable:
+                    raise
+                failures += 1
+                logger.warning("polling failed (%s); trying again", exc)
+                await asyncio.sleep(min(poll_interval, 2.0**failures))
+                continue
+            failures = 0
             job.save(job_path)
             if progress:
-                print(f"batch job {status}", flush=True)
+                print(f"batch job {status}", file=sys.stderr, flush=True)
             if status.state.is_terminal:
                 return
             await asyncio.sleep(poll_interval)

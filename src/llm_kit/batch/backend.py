@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
 from llm_kit.errors import ConfigError, ProviderError
 from llm_kit.providers.base import Codec, Completion
 from llm_kit.transport import HttpTransport
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,20 @@ class BatchBackend(ABC):
         if status >= 400:
             raise ProviderError(f"downloading {what} failed: {self.codec.error(status, {}, body)}")
         return _lines(target)
+
+
+def decode_lines(
+    lines: Iterator[Any], decode: Callable[[Any], Outcome], what: str
+) -> Iterator[Outcome]:
+    """Decode each line; a line that does not parse is logged and skipped, so its item ends
+    as "missing" (retryable) instead of stopping every later line of the file."""
+    for line in lines:
+        try:
+            yield decode(line)
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+            logger.warning(
+                "skipped an unreadable line of %s (%s: %s)", what, type(exc).__name__, exc
+            )
 
 
 def _lines(path: Path) -> Iterator[bytes]:

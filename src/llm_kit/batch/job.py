@@ -218,7 +218,5 @@ def job_state(states: list[JobState]) -> JobState:
 def public_url(url: str) -> str:
     """The URL without credentials or query (a key can hide in either)."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    host = parts.netloc.rsplit("@", 1)[-1]  # keeps [::1] brackets and the port
     return urlunsplit((parts.scheme, host, parts.path, "", ""))

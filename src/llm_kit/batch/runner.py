@@ -97,6 +97,11 @@ def spool(
 ) -> tuple[BatchJob, list[Chunk]]:
     """Build every request on disk first, so that a duplicate id stops the job before upload."""
     directory.mkdir(parents=True, exist_ok=True)
+    if any(directory.glob("requests-*.jsonl")):
+        raise ConfigError(
+            f"spool directory {directory} already holds the requests of another job; "
+            "remove it or pass another spool_dir"
+        )
     job = BatchJob(
         provider=backend.name,
         model=backend.model,
@@ -125,6 +130,11 @@ def spool(
                 spooler.add(index, line)
             except ItemError as exc:
                 job.rejected[index] = str(exc)
+    except BaseException:
+        spooler.close()
+        for chunk in spooler.chunks:  # a refused job leaves no requests behind
+            chunk.path.unlink(missing_ok=True)
+        raise
     finally:
         spooler.close()
     if not job.item_ids:
@@ -163,14 +173,12 @@ async def create_batches(
         if on_created is not None:
             on_created()
 
-    tasks = [asyncio.ensure_future(create(c)) for c in chunks if c.count]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+    # Every creation runs to its end even when another fails: one that reached the provider
+    # must be in the handle, or a retry would pay for its items twice.
+    outcomes = await asyncio.gather(*(create(c) for c in chunks if c.count), return_exceptions=True)
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    if errors:
+        raise errors[0]
 
 
 async def refresh(backend: BatchBackend, job: BatchJob) -> None:

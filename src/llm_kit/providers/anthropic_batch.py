@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome
+from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome, decode_lines
 from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
 
 _STATES = {"in_progress": JobState.IN_PROGRESS, "canceling": JobState.CANCELING}
@@ -82,8 +82,8 @@ class AnthropicBatchBackend(BatchBackend):
         lines = await self.download_lines(
             url, workdir / f"{batch.id}.jsonl", what=f"the results of {batch.id}"
         )
-        for line in lines:
-            yield self._decode(line)
+        for outcome in decode_lines(lines, self._decode, f"the results of {batch.id}"):
+            yield outcome
 
     def _decode(self, line: bytes) -> Outcome:
         record = orjson.loads(line)

@@ -8,11 +8,13 @@ from typing import Any
 
 import orjson
 
-from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome
+from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome, decode_lines
 from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
 from llm_kit.errors import ProviderError
 
-INLINE_MAX_BYTES = 20 * 1024 * 1024  # inline requests must total under 20 MB
+# Inline requests must total under 20 MB; the inline framing adds a little per request, so keep
+# a margin rather than size the body twice.
+INLINE_MAX_BYTES = 19 * 1000 * 1000
 _STATES = {
     "PENDING": JobState.PENDING,
     "RUNNING": JobState.IN_PROGRESS,
@@ -127,15 +129,21 @@ class GeminiBatchBackend(BatchBackend):
                 workdir / f"{file_id}.jsonl",
                 what=f"the results of {batch.id}",
             )
-            for line in lines:
-                record = orjson.loads(line)
-                yield self._decode(record.get("key"), record)
+            for outcome in decode_lines(lines, self._decode_line, f"the results of {batch.id}"):
+                yield outcome
             return
         _, data = await self.call("GET", f"/v1beta/{batch.id}", what=f"Gemini {batch.id}")
         output = data.get("response") or (data.get("metadata") or {}).get("output") or {}
         inlined = (output.get("inlinedResponses") or {}).get("inlinedResponses") or []
-        for record in inlined:
-            yield self._decode((record.get("metadata") or {}).get("key"), record)
+        for outcome in decode_lines(iter(inlined), self._decode_inline, f"Gemini {batch.id}"):
+            yield outcome
+
+    def _decode_line(self, line: bytes) -> Outcome:
+        record = orjson.loads(line)
+        return self._decode(record.get("key"), record)
+
+    def _decode_inline(self, record: Any) -> Outcome:
+        return self._decode((record.get("metadata") or {}).get("key"), record)
 
     def _decode(self, key: Any, record: dict[str, Any]) -> Outcome:
         index = int(key)

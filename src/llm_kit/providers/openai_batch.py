@@ -9,7 +9,14 @@ from typing import Any
 import aiohttp
 import orjson
 
-from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome, counts_from
+from llm_kit.batch.backend import (
+    BatchBackend,
+    BatchLimits,
+    Chunk,
+    Outcome,
+    counts_from,
+    decode_lines,
+)
 from llm_kit.batch.job import JobState, ProviderBatch
 
 _STATES = {
@@ -93,8 +100,8 @@ class OpenAIBatchBackend(BatchBackend):
             lines = await self.download_lines(
                 f"/files/{file_id}/content", workdir / f"{file_id}.jsonl", what=f"file {file_id}"
             )
-            for line in lines:
-                yield self._decode(line)
+            for outcome in decode_lines(lines, self._decode, f"file {file_id}"):
+                yield outcome
 
     def _decode(self, line: bytes) -> Outcome:
         record = orjson.loads(line)
