@@ -1,0 +1,60 @@
+"""``loading_params``: which datasets, how they are sharded, where state lives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator
+
+from mmirage.config.errors import FieldError
+from mmirage.config.fields import NonNegativeInt, OptionalPathStr, PathStr, PositiveInt
+
+_DATASET_TYPES = {"jsonl": "JSONL", "loadable": "loadable", "parquet": "parquet"}
+
+
+def _dataset_type(value: object) -> object:
+    # The original was case-sensitive ("jsonl" failed); accept any case, store the canonical name.
+    return _DATASET_TYPES.get(value.strip().lower(), value) if isinstance(value, str) else value
+
+
+@dataclass
+class DatasetConfig:
+    """One input dataset. ``path`` is a file/directory, or ``{split: path}`` for JSONL splits."""
+
+    path: str | dict[str, str]
+    type: Annotated[Literal["JSONL", "loadable", "parquet"], BeforeValidator(_dataset_type)]
+    output_dir: PathStr
+    image_base_path: OptionalPathStr = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.path, str) and not self.path.strip():
+            raise FieldError("path", "must be a non-empty path")
+        if isinstance(self.path, dict) and not self.path:
+            raise FieldError("path", "a split mapping needs at least one split: path entry")
+        if isinstance(self.path, dict) and self.type != "JSONL":
+            raise FieldError("path", "a {split: path} mapping is only supported for type JSONL")
+        if not self.output_dir.strip():
+            raise FieldError("output_dir", "must be a non-empty directory path")
+
+
+@dataclass
+class LoadingParams:
+    """``state_dir`` defaults per config file (see ``loader.default_state_dir``); ``shard_id``
+    ``None`` means "the shard the CLI or executor chose" — a literal number pins it."""
+
+    datasets: list[DatasetConfig] = field(default_factory=list)
+    state_dir: OptionalPathStr = None
+    num_shards: PositiveInt = 1
+    shard_id: NonNegativeInt | None = None
+    batch_size: PositiveInt = 1
+    output_dir: str = ""  # legacy, unused: each dataset has its own output_dir
+
+    def __post_init__(self) -> None:
+        if not self.datasets:
+            raise FieldError("datasets", "at least one dataset is required")
+        if self.shard_id is not None and not 0 <= self.shard_id < self.num_shards:
+            raise FieldError(
+                "shard_id",
+                f"must be between 0 and num_shards-1 ({self.num_shards - 1}), got {self.shard_id}",
+            )

@@ -1,0 +1,54 @@
+"""The whole configuration, as returned by ``load_mmirage_config``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mmirage.config.execution import ExecutionParams
+from mmirage.config.loading import LoadingParams
+from mmirage.config.processing import OutputVar, ProcessingParams
+from mmirage.config.processors import ProcessorConfig
+
+
+@dataclass
+class MMirageConfig:
+    processors: list[ProcessorConfig]
+    loading_params: LoadingParams
+    processing_params: ProcessingParams
+    execution_params: ExecutionParams = field(default_factory=ExecutionParams)
+    # Where the config came from (absolute file path, or None for a dict); not a YAML key.
+    config_path: str | None = field(default=None, metadata={"internal": True})
+
+    def processor_for(self, output: OutputVar) -> ProcessorConfig:
+        """The processor that computes ``output`` (the loader has checked it exists and is
+        unambiguous)."""
+        return select_processor(self.processors, output)
+
+
+class ProcessorSelectionError(LookupError):
+    pass
+
+
+def select_processor(processors: list[ProcessorConfig], output: OutputVar) -> ProcessorConfig:
+    candidates = [p for p in processors if p.type == output.type]
+    if output.processor is not None:
+        for candidate in candidates:
+            if candidate.name == output.processor:
+                return candidate
+        named = [p.name for p in candidates if p.name]
+        raise ProcessorSelectionError(
+            f"names no {output.type} processor '{output.processor}'; "
+            f"{output.type} processors with a name: {named or 'none'}"
+        )
+    if not candidates:
+        raise ProcessorSelectionError(
+            f"output '{output.name}' has type {output.type} but no processor of type "
+            f"{output.type} is declared under processors"
+        )
+    if len(candidates) > 1:
+        names = [p.name for p in candidates]
+        raise ProcessorSelectionError(
+            f"output '{output.name}' has type {output.type} and there are {len(candidates)} "
+            f"{output.type} processors {names}; pick one with 'processor: <name>'"
+        )
+    return candidates[0]

@@ -1,0 +1,1 @@
+"""The pipeline's engine parts: loading, processing and writing rows."""

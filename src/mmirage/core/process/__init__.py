@@ -1,0 +1,1 @@
+"""Variables, outputs and the processors that compute them."""

@@ -1,0 +1,1 @@
+"""The ``batch_api`` processor: provider configs, adapters, chunking, receipts, collection."""
