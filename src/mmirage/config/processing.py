@@ -25,6 +25,7 @@ class InputVar:
     name: str
     key: NonEmptyStr
     type: Literal["text", "image"] = "text"
+    optional: bool = False  # a missing field gives None instead of failing the row
 
     def __post_init__(self) -> None:
         _check_identifier(self.name)

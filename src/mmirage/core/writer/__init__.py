@@ -1,0 +1,1 @@
+"""Turning processed rows into datasets: the output-schema renderer (``renderer``) and writers."""
