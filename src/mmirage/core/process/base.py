@@ -26,7 +26,7 @@ class OutputRequest:
 @dataclass(slots=True)
 class OutputResult:
     value: Any = None  # text, a parsed JSON dict, a placeholder, or a custom value
-    error: str | None = None  # one sentence; the row keeps value None and this error
+    error: str | None = None  # one sentence; value is None then, or a custom fallback_value
     retryable: bool = False
     input_tokens: int = 0
     output_tokens: int = 0

@@ -1,0 +1,31 @@
+"""``build_processor``: a processor config → the processor that runs it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmirage.config.errors import ConfigError
+from mmirage.core.process.base import Processor
+
+
+def build_processor(config: Any) -> Processor:
+    """Build the processor for one ``processors[]`` entry; fails here, before any row runs, on
+    what can be checked up front (a missing API key, script or function)."""
+    kind = getattr(config, "type", None)
+    if kind == "llm":
+        from mmirage.core.process.llm_processor import LLMProcessor
+
+        return LLMProcessor(config)
+    if kind == "custom":
+        from mmirage.core.process.custom_processor import CustomProcessor
+
+        return CustomProcessor(config)
+    name = getattr(config, "name", None) or kind
+    raise ConfigError(
+        f"processor '{name}'",
+        "type",
+        f"type {kind!r} is not supported yet by this runner (llm and custom are)",
+    )
+
+
+__all__ = ["build_processor"]

@@ -1,0 +1,199 @@
+"""``type: llm``: live generation through one ``llm_kit.LLM`` (an API, an OpenAI-compatible
+server through ``base_url``, or the embedded local model).
+
+Unlike the original (SGLang in-process, where a failed ``generate`` silently gave every row
+``""`` or ``{}``), each row's failure becomes that row's ``OutputResult.error``. Launching an
+SGLang/vLLM server from ``server_args`` is not implemented yet: start it yourself and point
+``base_url`` at it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from mmirage.config.errors import ConfigError
+from mmirage.core.process.base import OutputRequest, OutputResult
+
+if TYPE_CHECKING:  # llm_kit and pydantic are imported when a processor is built, not before
+    from pydantic import BaseModel
+
+    from llm_kit import LLM, BatchConfig, BatchItem
+    from mmirage.config.processors import LLMProcessorConfig
+
+# default_sampling_params keys that llm_kit takes as named sampling arguments.
+_NAMED_SAMPLING = ("temperature", "top_p", "max_tokens", "seed", "stop")
+# LLMProcessorConfig fields copied into llm_kit.BatchConfig when set.
+_PACING_FIELDS = (
+    "worker_concurrency",
+    "input_buffer_size",
+    "rpm",
+    "tpm",
+    "max_retries",
+    "request_timeout",
+)
+_LOCAL_MODEL_NAME = "local"  # LLM(model=...) must be non-empty; the embedded default is used
+
+
+def _source(config: LLMProcessorConfig) -> str:
+    return f"processor '{config.name or config.type}'"
+
+
+def resolve_message_format(config: LLMProcessorConfig) -> str:
+    """``message_format``, else ``openai`` for a ``base_url``; a bare ``server_args.model_path``
+    would need a GPU server we do not launch (yet), so it fails with what to do instead."""
+    if config.message_format:
+        return config.message_format
+    if config.base_url:
+        return "openai"
+    source = _source(config)
+    if config.server_args.model_path not in ("", "none"):
+        if any(importlib.util.find_spec(m) is not None for m in ("sglang", "vllm")):
+            problem = (
+                "launching an SGLang/vLLM server from server_args is not supported yet; start "
+                "the server yourself and set base_url to its OpenAI-compatible address "
+                "(e.g. http://localhost:30000/v1)"
+            )
+        else:
+            problem = (
+                f"model_path {config.server_args.model_path!r} needs a GPU server (SGLang or "
+                "vLLM), which is not installed here; set base_url to an OpenAI-compatible "
+                "server, or message_format: local for the embedded CPU model"
+            )
+        raise ConfigError(source, "server_args.model_path", problem)
+    raise ConfigError(
+        source,
+        "message_format",
+        "say where the model runs: message_format (openai, anthropic, gemini or local) "
+        "and model, or base_url of an OpenAI-compatible server",
+    )
+
+
+def sampling_kwargs(config: LLMProcessorConfig) -> dict[str, Any]:
+    """``default_sampling_params`` (SGLang names) as ``LLM(...)`` keyword arguments:
+    ``max_new_tokens`` becomes ``max_tokens``; unknown keys go through ``sampling=``."""
+    params = dict(config.default_sampling_params)
+    if "max_new_tokens" in params:
+        if "max_tokens" in params and params["max_tokens"] != params["max_new_tokens"]:
+            raise ConfigError(
+                _source(config),
+                "default_sampling_params",
+                "max_new_tokens and max_tokens disagree; give only one of them",
+            )
+        params["max_tokens"] = params.pop("max_new_tokens")
+    named = {k: params.pop(k) for k in _NAMED_SAMPLING if k in params}
+    return {**named, "sampling": params or None}
+
+
+def batch_config(config: LLMProcessorConfig) -> BatchConfig:
+    from llm_kit import BatchConfig
+
+    values = {f: getattr(config, f) for f in _PACING_FIELDS if getattr(config, f) is not None}
+    # "record": one row's failure is that row's error, never the end of the batch.
+    return BatchConfig(on_failure="record", **values)
+
+
+def build_llm(config: LLMProcessorConfig) -> LLM:
+    """The ``llm_kit.LLM`` for this config; a missing API key fails here (llm_kit's sentence)."""
+    from llm_kit import LLM
+
+    message_format = resolve_message_format(config)
+    model = config.model_name
+    if model in ("", "none"):
+        if message_format != "local":
+            raise ConfigError(_source(config), "model", "name the model to call (model: ...)")
+        model = _LOCAL_MODEL_NAME
+    return LLM(
+        model=model,
+        message_format=message_format,
+        base_url=config.base_url,
+        config=batch_config(config),
+        **sampling_kwargs(config),
+    )
+
+
+class LLMProcessor:
+    """One LLM for every output that names this processor; ``process`` runs a batch of rows
+    concurrently (llm_kit's live pipeline: rate limits, retries, validation)."""
+
+    def __init__(self, config: LLMProcessorConfig) -> None:
+        self.config = config
+        self.llm = build_llm(config)
+        # One pydantic model per (output, schema): building them is not free and rows are many.
+        self._models: dict[tuple[str, Any], type[BaseModel]] = {}
+
+    def _response_model(self, output: Any) -> type[BaseModel] | None:
+        if not getattr(output, "is_json", False):
+            return None
+        key = (output.name, output.schema)
+        model = self._models.get(key)
+        if model is None:
+            model = output.schema.pydantic_model(_model_name(output.name))
+            self._models[key] = model
+        return model
+
+    async def process(self, output: Any, requests: Sequence[OutputRequest]) -> list[OutputResult]:
+        results: list[OutputResult | None] = [None] * len(requests)
+        items: list[BatchItem] = []
+        response_model = self._response_model(output)
+        for index, request in enumerate(requests):
+            item_or_error = _build_item(index, request, output.name, response_model)
+            if isinstance(item_or_error, OutputResult):
+                results[index] = item_or_error
+            else:
+                items.append(item_or_error)
+        if items:
+            # A rejected API key (401) raises from here: that is not one row's failure.
+            async for result in self.llm.batch_stream(items):
+                results[result.metadata["index"]] = _to_output_result(result)
+        return [r or OutputResult(error="no result came back for this row") for r in results]
+
+    async def aclose(self) -> None:
+        await self.llm.aclose()
+
+
+def _model_name(output_name: str) -> str:
+    return "".join(part.capitalize() for part in output_name.split("_")) or "Output"
+
+
+def _build_item(
+    index: int, request: OutputRequest, output_name: str, response_model: type[BaseModel] | None
+) -> BatchItem | OutputResult:
+    from llm_kit import BatchItem, Message
+    from llm_kit.errors import ConfigError as ItemConfigError
+
+    if not request.prompt and not request.image_urls:
+        return OutputResult(error=f"output '{output_name}': the rendered prompt is empty")
+    try:
+        return BatchItem(
+            id=f"{request.row_key}:{output_name}",
+            messages=[Message.user(request.prompt or "", image_urls=request.image_urls)],
+            response_model=response_model,
+            # The index maps results back even if two requests share a row key.
+            metadata={"index": index},
+        )
+    except ItemConfigError as exc:
+        return OutputResult(error=str(exc))
+
+
+def _to_output_result(result: Any) -> OutputResult:
+    usage = result.usage
+    out = OutputResult(
+        input_tokens=usage.input_tokens if usage else 0,
+        output_tokens=usage.output_tokens if usage else 0,
+    )
+    if not result.ok:
+        error = result.error or "the request failed"
+        if result.error_kind and result.error_kind not in error:
+            error = f"{error} ({result.error_kind})"
+        out.error, out.retryable = error, result.retryable
+    elif hasattr(result.response, "model_dump"):
+        # JSON outputs: the validated answer as a dict keyed by the schema's own field names.
+        out.value = result.response.model_dump(by_alias=True)
+    else:
+        out.value = str(result.response).strip()  # plain outputs: stripped like the original
+    return out
+
+
+__all__ = ["LLMProcessor", "build_llm", "resolve_message_format", "sampling_kwargs"]
