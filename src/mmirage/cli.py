@@ -148,8 +148,10 @@ emulate.params.extend(_EMULATE_BATCH_OPTIONS)
 
 def _register_subcommands() -> None:
     from mmirage.job_cli import job
+    from mmirage.run_cli import COMMANDS as RUN_COMMANDS
 
-    main.add_command(job)
+    for command in (job, *RUN_COMMANDS):
+        main.add_command(command)
 
 
 _register_subcommands()

@@ -1,0 +1,359 @@
+"""run_shard end to end on JSONL in tmp_path with a fake processor; `mmirage run|check` as
+subprocesses with a real custom processor."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mmirage.config import load_mmirage_config_dict
+from mmirage.config.models import MMirageConfig
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor
+from mmirage.core.shard import ShardConflictError, run_shard, shard_state, status_path
+from mmirage.core.shard.state import atomic_write_json, read_status
+
+ROWS = 10
+MISSING_TEXT = 4  # this row has no "text": a RowError for that row only
+
+
+class FakeProcessor:
+    """Echoes the prompt (JSON outputs: a dict); scripted row failures and a scripted crash."""
+
+    def __init__(self, *, fail_keys: Sequence[str] = (), raise_on_call: int | None = None):
+        self.calls: list[tuple[str, list[str]]] = []
+        self.fail_keys = set(fail_keys)
+        self.raise_on_call = raise_on_call
+
+    async def process(self, output: Any, requests: Sequence[OutputRequest]) -> list[OutputResult]:
+        self.calls.append((output.name, [r.row_key for r in requests]))
+        if self.raise_on_call == len(self.calls):
+            raise RuntimeError("provider went away")
+        results = []
+        for r in requests:
+            prompt = r.prompt or ""
+            if r.row_key in self.fail_keys:
+                results.append(OutputResult(error="scripted failure", input_tokens=1))
+            elif output.is_json:
+                value = {"score": len(prompt), "label": prompt.upper()}
+                results.append(OutputResult(value=value, input_tokens=3, output_tokens=5))
+            else:
+                results.append(
+                    OutputResult(value=f"echo:{prompt}", input_tokens=2, output_tokens=1)
+                )
+        return results
+
+    async def aclose(self) -> None:
+        raise AssertionError("run_shard must not close processors it was given")
+
+    def keys(self) -> list[str]:
+        return [key for _, keys in self.calls for key in keys]
+
+
+def write_rows(path: Path, n: int = ROWS) -> Path:
+    with open(path, "w") as f:
+        for i in range(n):
+            row: dict[str, Any] = {"id": i, "text": f"t{i}", "n": i * 10}
+            if i == MISSING_TEXT:
+                del row["text"]
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+def make_config(tmp_path: Path, *, num_shards: int = 1, batch_size: int = 3, **pp: Any) -> Any:
+    data = {
+        "processors": [{"type": "llm", "model": "m", "message_format": "local"}],
+        "loading_params": {
+            "datasets": [
+                {
+                    "path": str(tmp_path / "in.jsonl"),
+                    "type": "JSONL",
+                    "output_dir": str(tmp_path / "out"),
+                }
+            ],
+            "num_shards": num_shards,
+            "batch_size": batch_size,
+            "state_dir": str(tmp_path / "state"),
+        },
+        "processing_params": {
+            "inputs": [
+                {"name": "id", "key": "id"},
+                {"name": "text", "key": "text"},
+                {"name": "n", "key": "n"},
+            ],
+            "outputs": [
+                {"name": "answer", "type": "llm", "prompt": "Q {{ text }}"},
+                {
+                    "name": "grade",
+                    "type": "llm",
+                    "prompt": "grade {{ answer }}",
+                    "output_type": "JSON",
+                    "output_schema": {"score": "int", "label": "str"},
+                },
+            ],
+            "output_schema": {
+                "answer": "{{ answer }}",
+                "score": "{{ grade.score }}",
+                "meta": {"n": "{{ n }}", "tag": "x-{{ id }}"},
+            },
+            **pp,
+        },
+    }
+    if not (tmp_path / "in.jsonl").exists():
+        write_rows(tmp_path / "in.jsonl")
+    return load_mmirage_config_dict(data, source="test.yaml", env={})
+
+
+ONE_OUTPUT: dict[str, Any] = {
+    "outputs": [{"name": "answer", "type": "llm", "prompt": "Q {{ text }}"}],
+    "output_schema": {"answer": "{{ answer }}"},
+}
+
+
+def published(config: MMirageConfig, shard: int = 0) -> list[dict[str, Any]]:
+    n = config.loading_params.num_shards
+    path = Path(config.loading_params.datasets[0].output_dir) / f"shard-{shard}-of-{n}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def procs(fake: FakeProcessor) -> dict[str, Processor]:
+    return {"llm": fake}
+
+
+def test_one_shard_end_to_end(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    fake = FakeProcessor(fail_keys=["0::7"])
+    report = run_shard(config, 0, processors=procs(fake))
+
+    rows = published(config)
+    assert [r["__row_key__"] for r in rows] == [f"0::{i}" for i in range(ROWS)]
+    good = rows[0]
+    assert good["answer"] == "echo:Q t0"
+    assert good["score"] == len("grade echo:Q t0") and isinstance(good["score"], int)
+    assert good["meta"] == {"n": 0, "tag": "x-0"}  # bare {{ n }} keeps the int
+    assert good["id"] == 0 and good["text"] == "t0"  # remove_columns false: source kept
+    assert good["__errors__"] is None
+    assert good["__usage__"] == {"input_tokens": 5, "output_tokens": 6}
+
+    missing = rows[MISSING_TEXT]
+    assert "'text'" in missing["__errors__"]["__row__"]
+    assert missing["answer"] is None and missing["id"] == MISSING_TEXT
+    assert missing["__usage__"] == {"input_tokens": 0, "output_tokens": 0}
+    # Row 7 fails its first output: the second output is not requested for it.
+    assert rows[7]["__errors__"] == {"answer": "scripted failure"}
+    assert "0::7" not in dict(fake.calls[1:2]).get("grade", [])
+    assert all(f"0::{MISSING_TEXT}" not in keys for _, keys in fake.calls)
+
+    assert (report.rows_done, report.rows_failed) == (ROWS, 2)
+    assert report.input_tokens == sum(r["__usage__"]["input_tokens"] for r in rows) == 8 * 5 + 1
+    assert report.output_tokens == 8 * 6
+    assert not (tmp_path / "out" / ".parts" / "shard-0-of-1.jsonl").exists()
+
+
+def test_shards_cover_the_dataset_exactly_once(tmp_path: Path) -> None:
+    config = make_config(tmp_path, num_shards=3)
+    keys = []
+    for k in range(3):
+        run_shard(config, k, processors=procs(FakeProcessor()))
+        keys += [r["__row_key__"] for r in published(config, k)]
+    assert keys == [f"0::{i}" for i in range(ROWS)]  # contiguous shards, in order
+
+
+def test_resume_after_interruption_never_resends_a_row(tmp_path: Path) -> None:
+    config = make_config(tmp_path, batch_size=2, **ONE_OUTPUT)
+    crashing = FakeProcessor(raise_on_call=3)  # one output: one call per batch
+    with pytest.raises(RuntimeError, match="provider went away"):
+        run_shard(config, 0, processors=procs(crashing))
+    status = read_status(status_path(config, 0))
+    assert status is not None
+    assert status["status"] == "failed" and status["error"] == "RuntimeError: provider went away"
+    assert status["rows_done"] == 4 and status["attempts"] == 1
+    part = tmp_path / "out" / ".parts" / "shard-0-of-1.jsonl"
+    with open(part, "ab") as f:
+        f.write(b'{"torn": ')  # a half-written line past the checkpoint is dropped
+
+    again = FakeProcessor()
+    report = run_shard(config, 0, processors=procs(again))
+    done_before = {f"0::{i}" for i in range(4)}
+    assert not done_before & set(again.keys())
+    assert report.resumed_rows == 4 and report.rows_done == ROWS
+
+    (tmp_path / "fresh").mkdir()
+    fresh = make_config(tmp_path / "fresh", batch_size=2, **ONE_OUTPUT)
+    run_shard(fresh, 0, processors=procs(FakeProcessor()))
+    assert published(config) == published(fresh)
+    status = read_status(status_path(config, 0))
+    assert status is not None and status["attempts"] == 2 and status["retry_count"] == 1
+
+
+def test_a_finished_shard_is_skipped_unless_forced(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    run_shard(config, 0, processors=procs(FakeProcessor()))
+    first = published(config)
+    idle = FakeProcessor()
+    report = run_shard(config, 0, processors=procs(idle))
+    assert report.skipped and idle.calls == []
+    assert report.rows_done == ROWS and report.output_tokens == 9 * 6
+    forced = FakeProcessor()
+    run_shard(config, 0, processors=procs(forced), force=True)
+    assert len(forced.keys()) > 0 and published(config) == first
+
+
+def test_status_json(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    run_shard(config, 0, processors=procs(FakeProcessor(fail_keys=["0::1"])))
+    path = status_path(config, 0)
+    assert path.parent.name == "shard_0" and path.is_relative_to(tmp_path / "state")
+    s = read_status(path)
+    assert s is not None
+    assert s["status"] == "success" and s["error"] is None and s["shard_id"] == 0
+    assert s["num_shards"] == 1 and s["attempts"] == 1 and s["retry_count"] == 0
+    assert (s["rows_done"], s["rows_failed"]) == (ROWS, 2)
+    assert s["input_tokens"] == 8 * 5 + 1 and s["output_tokens"] == 8 * 6
+    assert s["datasets"] == [{"output_dir": str(tmp_path / "out"), "image_base_path": None}]
+    for key in ("started_at", "finished_at", "heartbeat", "hostname", "pid", "fingerprint"):
+        assert s[key]
+    assert s["stats"]["rows_processed"] == ROWS
+    assert shard_state(s, max_retries=3) == "success"
+
+
+def test_stale_running_and_exhausted_states(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    path = status_path(config, 0)
+    old = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    live = {"status": "running", "heartbeat": datetime.now(UTC).isoformat(), "pid": os.getpid()}
+    assert shard_state({"status": "running", "heartbeat": old}, 3) == "stale"
+    assert shard_state(live, 3) == "running"
+    assert shard_state({"status": "failed", "attempts": 3}, 3) == "failed"
+    assert shard_state({"status": "failed", "attempts": 4}, 3) == "exhausted"  # 3 retries used
+    assert shard_state(None, 3) == "missing"
+
+    atomic_write_json(path, {**live, "hostname": "elsewhere"})
+    with pytest.raises(ShardConflictError, match="is running"):
+        run_shard(config, 0, processors=procs(FakeProcessor()))
+    atomic_write_json(path, {"status": "running", "heartbeat": old, "attempts": 1})
+    run_shard(config, 0, processors=procs(FakeProcessor()))  # a dead shard may be retried
+    assert (read_status(path) or {})["status"] == "success"
+
+
+def test_a_changed_config_is_refused(tmp_path: Path) -> None:
+    run_shard(make_config(tmp_path), 0, processors=procs(FakeProcessor()))
+    changed = make_config(tmp_path, output_schema={"answer": "{{ answer }}!"})
+    with pytest.raises(ShardConflictError, match="--force-retry"):
+        run_shard(changed, 0, processors=procs(FakeProcessor()))
+
+
+# -- the CLI, with the real custom processor --------------------------------------------------
+
+
+def mmirage(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mmirage", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def cli_config(tmp_path: Path, **loading: Any) -> Path:
+    write_rows(tmp_path / "in.jsonl")
+    (tmp_path / "fn.py").write_text("def shout(variables):\n    return variables['text'].upper()\n")
+    config = {
+        "processors": [
+            {"type": "custom", "script_path": str(tmp_path / "fn.py"), "function_name": "shout"}
+        ],
+        "loading_params": {
+            "datasets": [
+                {
+                    "path": str(tmp_path / "in.jsonl"),
+                    "type": "JSONL",
+                    "output_dir": str(tmp_path / "out"),
+                }
+            ],
+            "num_shards": 2,
+            "batch_size": 4,
+            "state_dir": str(tmp_path / "state"),
+            **loading,
+        },
+        "processing_params": {
+            "inputs": [{"name": "text", "key": "text", "optional": True}],
+            "outputs": [{"name": "loud", "type": "custom"}],
+            "output_schema": {"loud": "{{ loud }}"},
+            "remove_columns": True,
+        },
+    }
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+def test_cli_run_and_check(tmp_path: Path) -> None:
+    config = cli_config(tmp_path)
+    before = mmirage("check", str(config))
+    assert before.returncode == 1 and "2 missing" in before.stdout
+
+    ran = mmirage("run", str(config), "--stats")
+    assert ran.returncode == 0, ran.stderr
+    assert "shard 0/2: done" in ran.stderr and "shard 1/2: done" in ran.stderr
+    assert json.loads(ran.stdout)["aggregate"]["total_rows_done"] == ROWS
+    rows = [
+        json.loads(line)
+        for k in range(2)
+        for line in (tmp_path / "out" / f"shard-{k}-of-2.jsonl").read_text().splitlines()
+    ]
+    assert [r["loud"] for r in rows[:2]] == ["T0", "T1"] and len(rows) == ROWS
+    # The optional input is None for that row: the function raises, the row records it.
+    assert rows[MISSING_TEXT]["__errors__"] and rows[MISSING_TEXT]["loud"] is None
+
+    checked = mmirage("check", str(config))
+    assert checked.returncode == 0, checked.stdout
+    assert checked.stdout.count("success") >= 2 and "2 shard(s): 2 success" in checked.stdout
+
+    again = mmirage("run", str(config), "--shard-id", "1")
+    assert again.returncode == 0 and "shard 1/2: already done" in again.stderr
+    assert "shard 0/2" not in again.stderr
+
+
+def test_cli_user_errors_exit_2(tmp_path: Path) -> None:
+    missing = mmirage("run", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("error: ") and len(missing.stderr.splitlines()) == 1
+    config = cli_config(tmp_path)
+    out_of_range = mmirage("run", str(config), "--shard-id", "5")
+    assert out_of_range.returncode == 2 and "num_shards is 2" in out_of_range.stderr
+    (tmp_path / "in.jsonl").unlink()
+    no_data = mmirage("run", str(config))
+    assert no_data.returncode == 2 and "no such file" in no_data.stderr
+    assert "Traceback" not in no_data.stderr
+
+
+@pytest.mark.parametrize(("max_retries", "code", "attempts"), [(1, 0, 2), (0, 1, 1)])
+def test_cli_retries_exactly_max_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_retries: int, code: int, attempts: int
+) -> None:
+    from click.testing import CliRunner
+
+    import mmirage.core.shard as shard_pkg
+    import mmirage.run_cli as run_cli
+    from mmirage.cli import main
+
+    config = make_config(tmp_path, **ONE_OUTPUT)
+    fake = FakeProcessor(raise_on_call=1)  # the first attempt dies, a retry would succeed
+    real_run_shard = shard_pkg.run_shard
+
+    config.execution_params.retry = True
+    config.execution_params.max_retries = max_retries
+
+    def with_fake(cfg: Any, k: int, *, force: bool = False) -> Any:
+        return real_run_shard(cfg, k, processors=procs(fake), force=force)
+
+    monkeypatch.setattr(shard_pkg, "run_shard", with_fake)
+    monkeypatch.setattr(run_cli, "_load", lambda path: config)
+    monkeypatch.setattr(run_cli, "_sigterm_as_exit", lambda: None)
+    result = CliRunner().invoke(main, ["run", "ignored.yaml"])
+    assert result.exit_code == code, result.output
+    assert (read_status(status_path(config, 0)) or {})["attempts"] == attempts
