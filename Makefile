@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo demo-llm-kit test lint typecheck unit bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,13 @@ $(VENV)/.dev-installed: pyproject.toml scripts/install-local.sh | $(PY)
 	scripts/install-local.sh $(PY) dev,local
 	touch $@ $(VENV)/.local-installed
 
+# The main job: the YAML pipeline quickstart on the embedded CPU model (no key, no GPU).
 demo: $(VENV)/.local-installed
+	$(VENV)/bin/mmirage run examples/quickstart/config.yaml
+	$(PY) examples/quickstart/show.py
+
+# The llm_kit live pipeline on its own, over a dozen prompts.
+demo-llm-kit: $(VENV)/.local-installed
 	$(PY) examples/live_local/run.py
 
 lint: $(VENV)/.dev-installed

@@ -250,3 +250,10 @@ def test_openai_strict_mode_only_when_the_schema_allows_it() -> None:
 
     loose = codec.encode("m", [Message.user("x")], {}, response_schema(WithDefault))
     assert loose["response_format"]["json_schema"]["strict"] is False
+
+
+def test_schema_parse_accepts_raw_newlines_inside_strings() -> None:
+    # llama.cpp's JSON grammar lets small models put a raw newline inside a string.
+    assert (
+        parse_response('{"items": [{"name": "a\nb"}], "score": 2}', Outer).items[0].name == "a\nb"
+    )

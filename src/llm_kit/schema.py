@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -100,7 +101,7 @@ def parse_response(text: str | None, model: type[BaseModel]) -> BaseModel:
     if text is None:
         raise ResponseValidationError("the model returned no text where JSON was expected")
     try:
-        return model.model_validate(orjson.loads(_strip_fence(text)))
+        return model.model_validate(_loads_lenient(_strip_fence(text)))
     except orjson.JSONDecodeError as exc:
         raise ResponseValidationError(
             f"the answer is not valid JSON ({exc}): {text[:120]!r}"
@@ -112,6 +113,18 @@ def parse_response(text: str | None, model: type[BaseModel]) -> BaseModel:
             f"the answer does not match {model.__name__}: {where}: {first['msg']} "
             f"({exc.error_count()} error(s))"
         ) from None
+
+
+def _loads_lenient(text: str) -> Any:
+    """orjson, else the stdlib parser with strict=False: small models (and llama.cpp's JSON
+    grammar) put raw newlines inside strings, which is unambiguous enough to accept."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as first:
+        try:
+            return json.loads(text, strict=False)
+        except json.JSONDecodeError:
+            raise first from None
 
 
 def _strip_fence(text: str) -> str:
