@@ -1,5 +1,6 @@
 """Provider-native batch APIs (OpenAI Files + Batches, Anthropic Message Batches, Gemini Batch)."""
 
+from llm_kit.batch.api import BatchSubmitError
 from llm_kit.batch.job import BatchCounts, BatchJob, BatchJobStatus, JobState, ProviderBatch
 from llm_kit.batch.runner import BatchNotFinishedError
 
@@ -8,6 +9,7 @@ __all__ = [
     "BatchJob",
     "BatchJobStatus",
     "BatchNotFinishedError",
+    "BatchSubmitError",
     "JobState",
     "ProviderBatch",
 ]
