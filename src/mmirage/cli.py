@@ -148,9 +148,10 @@ emulate.params.extend(_EMULATE_BATCH_OPTIONS)
 
 def _register_subcommands() -> None:
     from mmirage.job_cli import job
+    from mmirage.merge_cli import COMMANDS as MERGE_COMMANDS
     from mmirage.run_cli import COMMANDS as RUN_COMMANDS
 
-    for command in (job, *RUN_COMMANDS):
+    for command in (job, *RUN_COMMANDS, *MERGE_COMMANDS):
         main.add_command(command)
 
 

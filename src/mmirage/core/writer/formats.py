@@ -1,0 +1,226 @@
+"""Reading shard outputs and writing a dataset as JSONL, Parquet or an HF ``save_to_disk`` dir.
+
+Everything streams in batches of ``BATCH_ROWS`` rows: no format ever holds a whole dataset in
+Python memory. The Arrow formats need one schema for the whole file, known before the first
+batch is written, so they read the shards twice: a first pass infers each column's type per
+batch and unifies them ("permissive": ``null`` becomes any type, ``int`` widens to ``float``,
+struct fields are merged); a second pass writes. A column whose values cannot share one Arrow
+type (``3`` in one row, ``"3"`` in another) is written as JSON text rather than failing the
+merge; ``Schema.json_columns`` names them.
+
+``pyarrow`` and ``datasets`` are imported inside the functions: ``mmirage --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+Format = Literal["hf", "jsonl", "parquet"]
+FORMATS: tuple[Format, ...] = ("hf", "jsonl", "parquet")
+BATCH_ROWS = 1000
+
+# Where a format puts a dataset whose base path is P: HF is a directory, the others one file.
+SUFFIX: dict[str, str] = {"hf": "", "jsonl": ".jsonl", "parquet": ".parquet"}
+
+Batches = Callable[[], Iterator[list[dict[str, Any]]]]
+"""A re-iterable source of row batches (the Arrow formats read it twice)."""
+
+
+class FormatError(Exception):
+    """A shard cannot be read or the dataset cannot be written; ``str(err)`` says where."""
+
+
+def target_path(base: Path, fmt: Format) -> Path:
+    return base.with_name(base.name + SUFFIX[fmt])
+
+
+def iter_jsonl(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
+    """A published JSONL shard's rows, in file order, ``batch_rows`` at a time."""
+    batch: list[dict[str, Any]] = []
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise FormatError(f"line {number} of {path} is not valid JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise FormatError(f"line {number} of {path} is not a JSON object")
+            batch.append(row)
+            if len(batch) >= batch_rows:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def iter_hf(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
+    """An HF ``save_to_disk`` directory's rows (memory-mapped; a DatasetDict split by split)."""
+    import datasets
+
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as exc:
+        raise FormatError(f"{path} is not a dataset saved with save_to_disk ({exc})") from None
+    parts = loaded.values() if isinstance(loaded, datasets.DatasetDict) else [loaded]
+    for part in parts:
+        for record_batch in part.data.to_batches(max_chunksize=batch_rows):
+            yield record_batch.to_pylist()
+
+
+@dataclass
+class Schema:
+    """The Arrow schema of the written rows and the columns written as JSON text."""
+
+    arrow: Any  # pyarrow.Schema
+    json_columns: list[str] = field(default_factory=list)
+
+
+def infer_schema(batches: Iterable[list[dict[str, Any]]]) -> Schema:
+    """One pass over the rows; column order is first-seen order."""
+    import pyarrow as pa
+
+    types: dict[str, Any] = {}
+    as_json: set[str] = set()
+    for batch in batches:
+        names: dict[str, None] = {}
+        for row in batch:
+            names.update(dict.fromkeys(row))
+        for name in names:
+            if name in as_json:
+                continue
+            try:
+                seen = pa.array([row.get(name) for row in batch]).type
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                as_json.add(name)  # mixed types inside this batch already
+                types.setdefault(name, pa.string())
+                continue
+            if name not in types:
+                types[name] = seen
+                continue
+            try:
+                merged = pa.unify_schemas(
+                    [pa.schema([(name, types[name])]), pa.schema([(name, seen)])],
+                    promote_options="permissive",
+                )
+            except (pa.ArrowInvalid, pa.ArrowTypeError, NotImplementedError):
+                as_json.add(name)
+                types[name] = pa.string()
+            else:
+                types[name] = merged.field(name).type
+    for name in as_json:
+        types[name] = pa.string()
+    return Schema(pa.schema(list(types.items())), sorted(as_json))
+
+
+def _dumps(value: Any) -> bytes:
+    opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    return orjson.dumps(value, default=str, option=opts)
+
+
+def to_arrow(batch: list[dict[str, Any]], schema: Schema) -> Any:
+    """One batch as a ``pyarrow.RecordBatch`` of ``schema`` (missing columns: null)."""
+    import pyarrow as pa
+
+    json_columns = set(schema.json_columns)
+    arrays = []
+    for f in schema.arrow:
+        values = [row.get(f.name) for row in batch]
+        if f.name in json_columns:
+            values = [None if v is None else _dumps(v).decode() for v in values]
+        try:
+            arrays.append(pa.array(values, type=f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            raise FormatError(f"column {f.name!r} cannot be written as {f.type}: {exc}") from None
+    return pa.RecordBatch.from_arrays(arrays, schema=schema.arrow)
+
+
+def _replace(tmp: Path, dest: Path) -> None:
+    """Put ``tmp`` at ``dest``; an existing directory is moved aside first, then removed."""
+    old: Path | None = None
+    if dest.is_dir() and not dest.is_symlink():
+        old = dest.with_name(f".{dest.name}.old.{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def write_dataset(batches: Batches, dest: Path, fmt: Format) -> Schema | None:
+    """Write every row of ``batches()`` to ``dest`` in ``fmt``, atomically (a temporary
+    sibling renamed at the end: readers see the old dataset or the new one). Returns the
+    schema for the Arrow formats."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp.{os.getpid()}")
+    _remove(tmp)
+    try:
+        schema = None
+        if fmt == "jsonl":
+            _write_jsonl(batches(), tmp)
+        else:
+            schema = infer_schema(batches())
+            if fmt == "parquet":
+                _write_parquet(batches(), schema, tmp)
+            elif fmt == "hf":
+                _write_hf(batches(), schema, tmp)
+            else:
+                raise FormatError(f"unknown output format {fmt!r}; use one of {FORMATS}")
+        _replace(tmp, dest)
+    except BaseException:
+        _remove(tmp)
+        raise
+    return schema
+
+
+def _write_jsonl(batches: Iterator[list[dict[str, Any]]], path: Path) -> None:
+    opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+    with open(path, "wb") as f:
+        for batch in batches:
+            f.write(b"".join(orjson.dumps(r, default=str, option=opts) for r in batch))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_parquet(batches: Iterator[list[dict[str, Any]]], schema: Schema, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(str(path), schema.arrow) as writer:
+        for batch in batches:
+            writer.write_batch(to_arrow(batch, schema))
+
+
+def _write_hf(batches: Iterator[list[dict[str, Any]]], schema: Schema, path: Path) -> None:
+    # An Arrow stream file is what datasets itself writes; Dataset.from_file memory-maps it and
+    # save_to_disk copies it into the standard layout (arrow shards, dataset_info.json,
+    # state.json), so the rows never sit in Python memory.
+    import datasets
+    import pyarrow as pa
+
+    path.mkdir(parents=True)
+    stream = path.with_name(path.name + ".arrow")
+    try:
+        with pa.OSFile(str(stream), "wb") as sink, pa.ipc.new_stream(sink, schema.arrow) as w:
+            for batch in batches:
+                w.write_batch(to_arrow(batch, schema))
+        dataset = datasets.Dataset.from_file(str(stream))
+        shutil.rmtree(path)  # save_to_disk wants to create it
+        dataset.save_to_disk(str(path))
+        del dataset  # drop the memory map before the file goes
+    finally:
+        stream.unlink(missing_ok=True)

@@ -1,0 +1,328 @@
+"""Merging published shards into one dataset, and the ``stats`` report.
+
+A dataset's shards are ``<output_dir>/shard-<k>-of-<n>.jsonl`` (what ``run`` publishes). Unlike
+the original, a merge checks that all ``n`` shards are there and refuses an incomplete set
+unless asked (``allow_partial``): the original silently dropped missing shards. Rows are written
+in shard order and file order, which is the source order (shards are contiguous).
+``merge_dir`` also accepts HF ``save_to_disk`` shard directories (``shard-<k>-of-<n>/`` or the
+original's ``shard_<k>/``), so the original's outputs can be merged too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mmirage.core.writer.formats import (
+    Format,
+    FormatError,
+    iter_hf,
+    iter_jsonl,
+    target_path,
+    write_dataset,
+)
+
+if TYPE_CHECKING:
+    from mmirage.config.models import MMirageConfig
+
+_JSONL = re.compile(r"^shard-(\d+)-of-(\d+)\.jsonl$")
+_HF_DIR = re.compile(r"^shard-(\d+)-of-(\d+)$|^shard_(\d+)$")
+
+
+class MergeError(Exception):
+    """The shards cannot be merged as asked; ``str(err)`` is one sentence saying what to do."""
+
+
+class IncompleteShardsError(MergeError):
+    def __init__(self, name: str, missing: list[int], num_shards: int, hint: str) -> None:
+        self.missing = missing
+        ids = ", ".join(map(str, missing))
+        super().__init__(
+            f"{name}: {len(missing)} of {num_shards} shard(s) are not published (shard id(s) "
+            f"{ids}); {hint}, or pass --allow-partial to merge the others"
+        )
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    shard_id: int
+    path: Path
+    kind: str  # "jsonl" or "hf"
+
+    def batches(self) -> Iterator[list[dict[str, Any]]]:
+        return iter_jsonl(self.path) if self.kind == "jsonl" else iter_hf(self.path)
+
+
+@dataclass
+class MergeResult:
+    name: str
+    output: str
+    format: str
+    shards: list[int] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+    rows: int = 0
+    rows_failed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    json_columns: list[str] = field(default_factory=list)
+
+    def count(self, batch: list[dict[str, Any]]) -> None:
+        for row in batch:
+            self.rows += 1
+            self.rows_failed += bool(row.get("__errors__"))
+            usage = row.get("__usage__")
+            if isinstance(usage, Mapping):
+                self.input_tokens += int(usage.get("input_tokens") or 0)
+                self.output_tokens += int(usage.get("output_tokens") or 0)
+
+
+def config_shards(output_dir: str, num_shards: int) -> tuple[list[ShardFile], list[int]]:
+    """The published shards of one dataset of the config, and the missing shard ids."""
+    base = Path(os.path.expanduser(output_dir))
+    found: list[ShardFile] = []
+    missing: list[int] = []
+    for k in range(num_shards):
+        path = base / f"shard-{k}-of-{num_shards}.jsonl"
+        if path.is_file():
+            found.append(ShardFile(k, path, "jsonl"))
+        else:
+            missing.append(k)
+    return found, missing
+
+
+def dir_shards(directory: Path) -> tuple[list[ShardFile], list[int], int]:
+    """Shards found directly in ``directory``: (shards, missing ids, num_shards).
+
+    JSONL wins over an HF directory of the same shard. The original's ``shard_<k>`` names carry
+    no shard count: the set is taken as complete up to the highest id seen."""
+    by_id: dict[int, ShardFile] = {}
+    counts: set[int] = set()
+    for entry in sorted(directory.iterdir()) if directory.is_dir() else []:
+        if entry.name.startswith(".") or ".tmp" in entry.name:
+            continue
+        if entry.is_file() and (m := _JSONL.match(entry.name)):
+            k, n = int(m[1]), int(m[2])
+            counts.add(n)
+            by_id[k] = ShardFile(k, entry, "jsonl")
+        elif entry.is_dir() and (m := _HF_DIR.match(entry.name)):
+            k = int(m[1] if m[1] is not None else m[3])
+            if m[2] is not None:
+                counts.add(int(m[2]))
+            by_id.setdefault(k, ShardFile(k, entry, "hf"))
+    if len(counts) > 1:
+        raise MergeError(
+            f"{directory} holds shards of different runs (num_shards {sorted(counts)}); "
+            "move one run's shards elsewhere"
+        )
+    num_shards = counts.pop() if counts else (max(by_id) + 1 if by_id else 0)
+    missing = [k for k in range(num_shards) if k not in by_id]
+    return [by_id[k] for k in sorted(by_id)], missing, num_shards
+
+
+def _check_target(dest: Path, inputs: list[Path]) -> None:
+    # Never write over (or above) the shards being read: a failed merge would lose them.
+    d = dest.resolve()
+    for source in inputs:
+        s = source.resolve()
+        if d == s or d in s.parents:
+            raise MergeError(f"unsafe merge output {dest}: it holds the input {source}")
+
+
+def merge_shards(
+    name: str, shards: list[ShardFile], base: Path, fmt: Format, missing: list[int] | None = None
+) -> MergeResult:
+    """Write ``shards`` (in shard-id order) to ``target_path(base, fmt)``."""
+    shards = sorted(shards, key=lambda s: s.shard_id)
+    dest = target_path(base, fmt)
+    _check_target(dest, [s.path for s in shards])
+    result = MergeResult(name, str(dest), fmt, [s.shard_id for s in shards], list(missing or []))
+
+    counting = [True]  # the Arrow formats read twice: count rows on one pass only
+
+    def batches() -> Iterator[list[dict[str, Any]]]:
+        first = counting[0]
+        counting[0] = False
+        for shard in shards:
+            for batch in shard.batches():
+                if first:
+                    result.count(batch)
+                yield batch
+
+    try:
+        schema = write_dataset(batches, dest, fmt)
+    except FormatError as exc:
+        raise MergeError(f"{name}: {exc}") from None
+    if schema is not None:
+        result.json_columns = schema.json_columns
+    return result
+
+
+def _output_bases(config: MMirageConfig, output_root: Path | None) -> list[tuple[str, Path]]:
+    """(name, base path) per dataset: ``<output_dir>/merged``, or with a root the original's
+    ``<root>/<basename(output_dir)>`` (``_<i>`` added on a clash, ``dataset_<i>`` if empty)."""
+    bases: list[tuple[str, Path]] = []
+    used: set[str] = set()
+    for i, ds in enumerate(config.loading_params.datasets):
+        out = Path(os.path.expanduser(ds.output_dir))
+        if output_root is None:
+            bases.append((str(out), out / "merged"))
+            continue
+        name = out.name or f"dataset_{i}"
+        if name in used:
+            name = f"{name}_{i}"
+        used.add(name)
+        bases.append((str(out), Path(os.path.expanduser(output_root)) / name))
+    return bases
+
+
+def merge_config(
+    config: MMirageConfig,
+    *,
+    output_root: Path | None = None,
+    fmt: Format = "hf",
+    allow_partial: bool = False,
+) -> list[MergeResult]:
+    """Merge every dataset of the config. All completeness checks happen before any write."""
+    n = config.loading_params.num_shards
+    plans = []
+    for ds, (name, base) in zip(
+        config.loading_params.datasets, _output_bases(config, output_root), strict=True
+    ):
+        shards, missing = config_shards(ds.output_dir, n)
+        if missing and not allow_partial:
+            raise IncompleteShardsError(
+                name, missing, n, "run them with 'mmirage run CONFIG' (or --shard-id K)"
+            )
+        plans.append((name, shards, base, missing))
+    return [merge_shards(name, s, base, fmt, missing) for name, s, base, missing in plans]
+
+
+def merge_dir(
+    directory: Path, output: Path | None = None, fmt: Format = "hf", allow_partial: bool = False
+) -> list[MergeResult]:
+    """Merge the shards found in ``directory`` to ``output`` (default ``<directory>/merged``);
+    if it holds none but its subdirectories do, each becomes ``<output>/<subdir>``."""
+    if not directory.is_dir():
+        raise MergeError(f"{directory} is not a directory")
+    shards, missing, n = dir_shards(directory)
+    jobs: list[tuple[Path, list[ShardFile], list[int], int, Path]] = []
+    if shards:
+        jobs.append((directory, shards, missing, n, output or directory / "merged"))
+    else:
+        root = output or directory / "merged"
+        for sub in sorted(p for p in directory.iterdir() if p.is_dir()):
+            s, m, k = dir_shards(sub)
+            if s:
+                jobs.append((sub, s, m, k, root / sub.name))
+    if not jobs:
+        raise MergeError(
+            f"no shards in {directory} (looked for shard-K-of-N.jsonl files and shard "
+            "directories, there and one level down)"
+        )
+    for where, _, m, k, _ in jobs:
+        if m and not allow_partial:
+            raise IncompleteShardsError(str(where), m, k, "add the missing shard files")
+    return [merge_shards(str(where), s, base, fmt, m) for where, s, m, _, base in jobs]
+
+
+# --- stats -----------------------------------------------------------------------------------
+
+
+def human_seconds(seconds: float | None) -> str | None:
+    """Like the original's humanize.precisedelta: "1 hour, 2 minutes and 5.20 seconds"."""
+    if seconds is None:
+        return None
+    whole = int(seconds)
+    h, m, s = whole // 3600, whole % 3600 // 60, seconds - whole // 60 * 60
+
+    def unit(value: int, word: str) -> str:
+        return f"{value} {word}{'' if value == 1 else 's'}"
+
+    parts = [unit(h, "hour")] if h else []
+    parts += [unit(m, "minute")] if m else []
+    parts.append(f"{s:.2f} seconds")
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _timestamp(text: Any) -> float | None:
+    try:
+        moment = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.astimezone()).timestamp()
+
+
+def _rate(num: float, den: float | None) -> float | None:
+    return round(num / den, 3) if den else None
+
+
+def stats_report(config: MMirageConfig) -> dict[str, Any]:
+    """The original's ``{"per_shard": [...], "aggregate": {...}}`` from status.json files and
+    the published shards. ``per_shard`` holds each status dict plus ``state`` (with stale and
+    exhausted detection) and ``published`` (rows counted per dataset from the shard files).
+    GPU fields are null: nothing here measures GPUs."""
+    from mmirage.core.shard.output import ShardOutput
+    from mmirage.core.shard.state import SUCCESS, read_status, shard_state, status_path
+
+    lp = config.loading_params
+    n = lp.num_shards
+    per_shard: list[dict[str, Any]] = []
+    for k in range(n):
+        status = read_status(status_path(config, k))
+        entry: dict[str, Any] = dict(status or {})
+        entry.setdefault("shard_id", k)
+        entry["state"] = shard_state(status, config.execution_params.max_retries)
+        published = []
+        for ds in lp.datasets:
+            ckpt = ShardOutput(ds.output_dir, k, n).finished()
+            published.append(
+                {"output_dir": ds.output_dir, **(asdict(ckpt) if ckpt else {"complete": False})}
+            )
+        entry["published"] = published
+        per_shard.append(entry)
+
+    done = [e for e in per_shard if e["state"] == SUCCESS and isinstance(e.get("stats"), dict)]
+    runtimes = [float(e["stats"].get("runtime_seconds") or 0.0) for e in done]
+    rows = sum(int(e["stats"].get("rows_processed") or 0) for e in done)
+    starts = [t for e in done if (t := _timestamp(e.get("started_at"))) is not None]
+    ends = [t for e in done if (t := _timestamp(e.get("finished_at"))) is not None]
+    wall = round(max(ends) - min(starts), 3) if starts and ends else None
+
+    def total(key: str) -> int:
+        # From the published files: what a merge would hold, resumed attempts included.
+        return sum(int(p.get(key) or 0) for e in per_shard for p in e["published"])
+
+    sum_runtime = round(sum(runtimes), 3)
+    out_tokens = total("output_tokens")
+    aggregate: dict[str, Any] = {
+        "total_shards": n,
+        "completed_shards": len(done),
+        "published_shards": sum(all(p["complete"] for p in e["published"]) for e in per_shard),
+        "total_rows_processed": rows,
+        "total_rows": total("rows_done"),
+        "total_rows_failed": total("rows_failed"),
+        "wall_clock_runtime_seconds": wall,
+        "wall_clock_runtime_human": human_seconds(wall),
+        "sum_shard_runtime_seconds": sum_runtime,
+        "sum_shard_runtime_human": human_seconds(sum_runtime),
+        "min_shard_runtime_seconds": min(runtimes) if runtimes else None,
+        "min_shard_runtime_human": human_seconds(min(runtimes)) if runtimes else None,
+        "max_shard_runtime_seconds": max(runtimes) if runtimes else None,
+        "max_shard_runtime_human": human_seconds(max(runtimes)) if runtimes else None,
+        "overall_throughput_rows_per_sec": _rate(rows, sum_runtime),
+        "mean_gpu_util_pct": None,
+        "num_gpus": None,
+        "total_input_tokens": total("input_tokens"),
+        "total_output_tokens": out_tokens,
+        "sum_model_load_seconds": None,
+        "sum_inference_runtime_seconds": sum_runtime,
+        "output_tokens_per_sec": _rate(out_tokens, sum_runtime),
+        "tokens_per_sec_per_gpu": None,
+        "gpu_days_per_billion_tokens": None,
+    }
+    return {"per_shard": per_shard, "aggregate": aggregate}

@@ -1,0 +1,136 @@
+"""``mmirage merge``, ``mmirage merge-dir`` and ``mmirage stats``.
+
+Exit codes: 0 done; 1 shards missing (or unreadable); 2 a configuration or usage error. The
+merge logic lives in ``mmirage.core.writer.merge``, imported inside the commands so that
+``mmirage --help`` does not load pyarrow or datasets.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from mmirage.run_cli import _config_params, _config_path, _fail, _load, _user_errors_exit_2
+
+if TYPE_CHECKING:
+    from mmirage.core.writer.merge import MergeResult
+
+_FORMAT = click.Choice(["hf", "jsonl", "parquet"], case_sensitive=False)
+_FORMAT_HELP = "hf: a datasets save_to_disk directory (the original's format), or one file."
+
+
+def _report(results: list[MergeResult]) -> None:
+    for r in results:
+        partial = f", shard(s) {r.missing} missing" if r.missing else ""
+        click.echo(
+            f"{r.name}: {len(r.shards)} shard(s){partial}, {r.rows} rows ({r.rows_failed} "
+            f"failed), tokens {r.input_tokens} in / {r.output_tokens} out -> {r.output}"
+        )
+        if r.json_columns:
+            click.echo(
+                f"  note: column(s) {r.json_columns} mix value types; written as JSON text",
+                err=True,
+            )
+    if len(results) > 1:
+        rows = sum(r.rows for r in results)
+        failed = sum(r.rows_failed for r in results)
+        tin = sum(r.input_tokens for r in results)
+        tout = sum(r.output_tokens for r in results)
+        click.echo(
+            f"total: {len(results)} datasets, {rows} rows ({failed} failed), "
+            f"tokens {tin} in / {tout} out"
+        )
+
+
+@click.command("merge")
+@_config_params
+@click.option(
+    "--output-root",
+    "--output-dir",
+    "output_root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write dataset D to ROOT/<name of D's output_dir> [default: <output_dir>/merged].",
+)
+@click.option("--allow-partial", is_flag=True, help="Merge even if some shards are missing.")
+@click.option("--format", "fmt", type=_FORMAT, default="hf", show_default=True, help=_FORMAT_HELP)
+def merge(
+    config: Path | None,
+    config_option: Path | None,
+    output_root: Path | None,
+    allow_partial: bool,
+    fmt: str,
+) -> None:
+    """Merge each dataset's published shards, in order, into one dataset.
+
+    Refuses a dataset with missing shards (exit 1) unless --allow-partial.
+    """
+    from mmirage.core.writer.merge import MergeError, merge_config
+
+    with _user_errors_exit_2():
+        cfg = _load(_config_path(config, config_option))
+    try:
+        results = merge_config(
+            cfg,
+            output_root=output_root,
+            fmt=fmt.lower(),  # type: ignore[arg-type]  # click.Choice checked it
+            allow_partial=allow_partial,
+        )
+    except (MergeError, OSError) as exc:
+        _fail(str(exc), 1)
+    _report(results)
+
+
+@click.command("merge-dir")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), required=False)
+@click.option(
+    "--input-dir", "input_dir", type=click.Path(file_okay=False, path_type=Path), hidden=True
+)
+@click.option(
+    "--output",
+    "--output-dir",
+    "output",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where to write [default: DIRECTORY/merged].",
+)
+@click.option("--allow-partial", is_flag=True, help="Merge even if some shards are missing.")
+@click.option("--format", "fmt", type=_FORMAT, default="hf", show_default=True, help=_FORMAT_HELP)
+def merge_dir_command(
+    directory: Path | None,
+    input_dir: Path | None,
+    output: Path | None,
+    allow_partial: bool,
+    fmt: str,
+) -> None:
+    """Merge the shard-K-of-N.jsonl files (or HF shard directories) found in DIRECTORY.
+
+    If DIRECTORY holds no shards, each subdirectory that does is merged to OUTPUT/<subdir>.
+    """
+    from mmirage.core.writer.merge import MergeError, merge_dir
+
+    source = directory or input_dir  # the original spelled it --input-dir
+    if source is None:
+        raise click.UsageError("give the directory: mmirage merge-dir DIRECTORY")
+    try:
+        results = merge_dir(source, output, fmt.lower(), allow_partial)  # type: ignore[arg-type]
+    except (MergeError, OSError) as exc:
+        _fail(str(exc), 1)
+    _report(results)
+
+
+@click.command("stats")
+@_config_params
+def stats(config: Path | None, config_option: Path | None) -> None:
+    """Print the shards' statistics as JSON: per shard, then aggregated."""
+    from mmirage.core.writer.merge import stats_report
+
+    with _user_errors_exit_2():
+        cfg = _load(_config_path(config, config_option))
+    click.echo(json.dumps(stats_report(cfg), indent=2, default=str))
+
+
+COMMANDS = (merge, merge_dir_command, stats)
