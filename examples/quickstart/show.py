@@ -16,5 +16,7 @@ if __name__ == "__main__":
     failed = sum(1 for row in rows if row.get("__errors__"))
     where = ", ".join(str(f) for f in files)
     print(f"\n{len(rows)} rows ({failed} failed) in {where}; two of them:")
+    if (OUTPUT / "merged").is_dir():
+        print(f"merged dataset, for datasets.load_from_disk: {OUTPUT / 'merged'}")
     for row in rows[:2]:
         print(json.dumps({"text": row["text"], "conversations": row["conversations"]}, indent=2))

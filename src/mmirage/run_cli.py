@@ -146,6 +146,16 @@ def run(
         click.echo(json.dumps(_stats_json(reports), indent=2))
     if failed:
         _fail(f"{len(failed)} of {len(shards)} shard(s) failed: {failed}", 1)
+    if ep.merge and len(shards) == lp.num_shards:
+        # The whole pipeline ran here: merge it, as `mmirage merge CONFIG` would.
+        from mmirage.core.writer.merge import merge_config
+
+        with _user_errors_exit_2():
+            for result in merge_config(cfg):
+                click.echo(
+                    f"merged {result.rows} rows ({result.rows_failed} failed) into {result.output}",
+                    err=True,
+                )
 
 
 def _describe(report: ShardReport) -> str:
