@@ -357,3 +357,38 @@ def test_cli_retries_exactly_max_retries(
     result = CliRunner().invoke(main, ["run", "ignored.yaml"])
     assert result.exit_code == code, result.output
     assert (read_status(status_path(config, 0)) or {})["attempts"] == attempts
+
+
+def test_a_shard_already_being_run_is_refused(tmp_path: Path) -> None:
+    from mmirage.core.shard.state import shard_lock
+
+    config = make_config(tmp_path)
+    fake = FakeProcessor()
+    held = shard_lock(status_path(config, 0).parent / "lock", 0)  # another run holds it
+    with held, pytest.raises(ShardConflictError, match="being run by another process"):
+        run_shard(config, 0, processors=procs(fake))
+    assert fake.calls == []  # nothing was paid for twice
+    run_shard(config, 0, processors=procs(fake))  # released: the shard runs
+    assert len(published(config)) == ROWS
+
+
+def test_two_datasets_cannot_share_an_output_dir(tmp_path: Path) -> None:
+    from mmirage.config import ConfigError
+
+    data = write_rows(tmp_path / "a.jsonl")
+    raw = {
+        "processors": [{"type": "custom", "script_path": str(data), "function_name": "f"}],
+        "loading_params": {
+            "datasets": [
+                {"type": "JSONL", "path": str(data), "output_dir": str(tmp_path / "out")},
+                {"type": "JSONL", "path": str(data), "output_dir": str(tmp_path / "out") + "/"},
+            ]
+        },
+        "processing_params": {
+            "inputs": [],
+            "outputs": [{"name": "o", "type": "custom"}],
+            "output_schema": {"o": "{{ o }}"},
+        },
+    }
+    with pytest.raises(ConfigError, match=r"datasets\[1\]\.output_dir: is also the output_dir"):
+        load_mmirage_config_dict(raw)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
@@ -53,6 +54,17 @@ class LoadingParams:
     def __post_init__(self) -> None:
         if not self.datasets:
             raise FieldError("datasets", "at least one dataset is required")
+        seen: dict[str, int] = {}
+        for index, dataset in enumerate(self.datasets):
+            # Shards are published as <output_dir>/shard-k-of-n: two datasets sharing a folder
+            # would overwrite each other's results.
+            key = os.path.normpath(os.path.expanduser(dataset.output_dir))
+            if key in seen:
+                raise FieldError(
+                    f"datasets[{index}].output_dir",
+                    f"is also the output_dir of datasets[{seen[key]}]; give each dataset its own",
+                )
+            seen[key] = index
         if self.shard_id is not None and not 0 <= self.shard_id < self.num_shards:
             raise FieldError(
                 "shard_id",

@@ -37,6 +37,8 @@ from mmirage.core.shard.state import (
     ShardStatus,
     fingerprint,
     is_stale,
+    shard_lock,
+    status_path,
 )
 from mmirage.core.writer.renderer import OutputRenderer
 
@@ -103,6 +105,20 @@ async def arun_shard(
     lp = config.loading_params
     if not 0 <= shard_id < lp.num_shards:
         raise ValueError(f"shard id must be between 0 and {lp.num_shards - 1}, got {shard_id}")
+    # One run per shard at a time: two would both pay for every row and interleave their
+    # lines in the part file. The lock dies with its process, so a killed run never blocks.
+    with shard_lock(status_path(config, shard_id).parent / "lock", shard_id):
+        return await _arun_shard_locked(config, shard_id, processors=processors, force=force)
+
+
+async def _arun_shard_locked(
+    config: MMirageConfig,
+    shard_id: int,
+    *,
+    processors: Mapping[str, Processor] | None,
+    force: bool,
+) -> ShardReport:
+    lp = config.loading_params
     started = time.monotonic()
     report = ShardReport(shard_id, lp.num_shards)
     fp = fingerprint(config)

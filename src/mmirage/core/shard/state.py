@@ -19,7 +19,8 @@ import json
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -231,3 +232,23 @@ class ShardStatus:
             }
         )
         atomic_write_json(self.path, self.data)
+
+
+@contextmanager
+def shard_lock(path: Path, shard_id: int) -> Iterator[None]:
+    """An exclusive, non-blocking lock held for the whole run of one shard."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ShardConflictError(
+                f"shard {shard_id} is being run by another process right now (lock {path}); "
+                "wait for it to finish, or stop it"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
