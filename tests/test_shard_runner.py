@@ -246,7 +246,7 @@ def test_stale_running_and_exhausted_states(tmp_path: Path) -> None:
 def test_a_changed_config_is_refused(tmp_path: Path) -> None:
     run_shard(make_config(tmp_path), 0, processors=procs(FakeProcessor()))
     changed = make_config(tmp_path, output_schema={"answer": "{{ answer }}!"})
-    with pytest.raises(ShardConflictError, match="--force-retry"):
+    with pytest.raises(ShardConflictError, match="--recompute"):
         run_shard(changed, 0, processors=procs(FakeProcessor()))
 
 
@@ -348,8 +348,8 @@ def test_cli_retries_exactly_max_retries(
     config.execution_params.retry = True
     config.execution_params.max_retries = max_retries
 
-    def with_fake(cfg: Any, k: int, *, force: bool = False) -> Any:
-        return real_run_shard(cfg, k, processors=procs(fake), force=force)
+    def with_fake(cfg: Any, k: int, **kwargs: Any) -> Any:
+        return real_run_shard(cfg, k, processors=procs(fake), **kwargs)
 
     monkeypatch.setattr(shard_pkg, "run_shard", with_fake)
     monkeypatch.setattr(run_cli, "_load", lambda path: config)

@@ -87,7 +87,12 @@ def _sigterm_as_exit() -> None:
 @click.option(
     "--force-retry",
     is_flag=True,
-    help="Recompute the shards from scratch, even finished ones, and retry failures.",
+    help="Retry shards that did not succeed, even when out of retries (finished shards are kept).",
+)
+@click.option(
+    "--recompute",
+    is_flag=True,
+    help="Discard the shards' results and compute them again (pays for every row again).",
 )
 @click.option("--stats", is_flag=True, help="Print the shards' statistics as JSON on stdout.")
 def run(
@@ -95,6 +100,7 @@ def run(
     config_option: Path | None,
     shard_id: int | None,
     force_retry: bool,
+    recompute: bool,
     stats: bool,
 ) -> None:
     """Run the pipeline's shards here, one after another.
@@ -124,18 +130,22 @@ def run(
             click.echo(f"{name}: out of retries; rerun with --force-retry", err=True)
             failed.append(k)
             continue
-        force = force_retry
+        force, reset = recompute, force_retry
+        tries = 0
         while True:
+            tries += 1
             try:
                 with _user_errors_exit_2():
-                    report = run_shard(cfg, k, force=force)
+                    report = run_shard(cfg, k, force=force, reset_attempts=reset)
             except Exception as exc:
                 if logging.getLogger().isEnabledFor(logging.DEBUG):
                     logging.getLogger(__name__).exception("%s failed", name)
                 attempts = int((read_status(status_path(cfg, k)) or {}).get("attempts") or 0)
                 click.echo(f"{name}: failed (attempt {attempts}): {exc}", err=True)
-                force = False  # a retry resumes from the checkpoint
-                if retry and attempts <= ep.max_retries:
+                force = reset = False  # a retry resumes from the checkpoint
+                # `tries` bounds the loop even when the shard failed before it could count an
+                # attempt in status.json (then `attempts` would never grow).
+                if retry and attempts <= ep.max_retries and tries <= ep.max_retries:
                     continue
                 failed.append(k)
                 break

@@ -10,8 +10,10 @@ Per row, the part file (and so the published shard) holds the rendered row plus 
   should pay for them);
 * ``__usage__`` — ``{"input_tokens", "output_tokens"}`` summed over the row's outputs.
 
-A checkpoint follows every batch, so a killed shard resumes at the next batch: no row is sent
-to a processor twice. A finished shard is skipped on rerun unless ``force``.
+A checkpoint follows every batch, so a killed shard resumes at the batch that was in flight:
+rows of finished batches are never sent again (those of the interrupted batch are). A finished
+shard is skipped on rerun unless ``force`` (recompute from scratch); ``reset_attempts`` gives a
+failed shard its retry budget back without discarding anything.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def run_shard(
     *,
     processors: Mapping[str, Processor] | None = None,
     force: bool = False,
+    reset_attempts: bool = False,
 ) -> ShardReport:
     """Run shard ``shard_id`` of every dataset and publish it; see the module docstring.
 
@@ -92,7 +95,11 @@ def run_shard(
     builds them from the config and closes them at the end. Raises on failure, after recording
     it in status.json; the next call resumes from the last checkpoint.
     """
-    return asyncio.run(arun_shard(config, shard_id, processors=processors, force=force))
+    return asyncio.run(
+        arun_shard(
+            config, shard_id, processors=processors, force=force, reset_attempts=reset_attempts
+        )
+    )
 
 
 async def arun_shard(
@@ -101,6 +108,7 @@ async def arun_shard(
     *,
     processors: Mapping[str, Processor] | None = None,
     force: bool = False,
+    reset_attempts: bool = False,
 ) -> ShardReport:
     lp = config.loading_params
     if not 0 <= shard_id < lp.num_shards:
@@ -108,7 +116,9 @@ async def arun_shard(
     # One run per shard at a time: two would both pay for every row and interleave their
     # lines in the part file. The lock dies with its process, so a killed run never blocks.
     with shard_lock(status_path(config, shard_id).parent / "lock", shard_id):
-        return await _arun_shard_locked(config, shard_id, processors=processors, force=force)
+        return await _arun_shard_locked(
+            config, shard_id, processors=processors, force=force, reset_attempts=reset_attempts
+        )
 
 
 async def _arun_shard_locked(
@@ -117,6 +127,7 @@ async def _arun_shard_locked(
     *,
     processors: Mapping[str, Processor] | None,
     force: bool,
+    reset_attempts: bool,
 ) -> ShardReport:
     lp = config.loading_params
     started = time.monotonic()
@@ -130,6 +141,7 @@ async def _arun_shard_locked(
     if force:  # start afresh: results and the retry budget
         for out in outputs:
             out.discard()
+    if force or reset_attempts:
         status.data["attempts"] = 0
     done = [out.finished() for out in outputs]
     if status.data.get("status") == SUCCESS and all(done):
@@ -185,7 +197,7 @@ def _check_can_run(
     if stale:
         raise ShardConflictError(
             f"shard {shard_id} has results from a different configuration (inputs, outputs, "
-            "output_schema or datasets changed); rerun with --force-retry to recompute it, "
+            "output_schema or datasets changed); rerun with --recompute to recompute it, "
             "or restore the previous configuration"
         )
 
