@@ -1,0 +1,22 @@
+"""`mmirage --help` stays fast: the CLI module imports none of the heavy packages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("llm_kit", "pydantic", "datasets", "pyarrow", "jinja2", "aiohttp", "yaml")
+
+
+def test_cli_import_loads_no_heavy_package() -> None:
+    probe = f"import sys, mmirage.cli\nprint(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_help_lists_every_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mmirage", "--help"], capture_output=True, text=True, check=True
+    )
+    for command in ("run", "check", "merge", "merge-dir", "stats", "emulate", "job"):
+        assert f"  {command} " in done.stdout, command
