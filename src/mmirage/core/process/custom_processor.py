@@ -25,6 +25,7 @@ import copy
 import hashlib
 import importlib.util
 import inspect
+import os
 import signal
 import sys
 import threading
@@ -167,7 +168,9 @@ class CustomProcessor:
         import multiprocessing
 
         context = multiprocessing.get_context(self.config.start_method)
-        pool = ProcessPoolExecutor(self.config.max_workers, mp_context=context)
+        pool = ProcessPoolExecutor(
+            self.config.max_workers, mp_context=context, initializer=_die_with_parent
+        )
         self._pool = pool
         name = self.config.function_name
         probes = [pool.submit(_probe, self.script, name) for _ in range(self.config.max_workers)]
@@ -299,3 +302,20 @@ class CustomProcessor:
 
 
 __all__ = ["CustomProcessor"]
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this worker when the shard's process dies (even by kill -9), so that
+    no orphaned worker keeps running, or holding memory, after its shard is gone."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(1)
