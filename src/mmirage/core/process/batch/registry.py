@@ -1,0 +1,136 @@
+"""Which ``BatchSubmissionAdapter`` serves a ``provider:`` name.
+
+Built-ins (openai, anthropic, gemini) are added lazily. Custom providers register in-process
+(``BatchAdapterRegistry.register``) or, for the plain CLI, through the ``mmirage.batch_providers``
+entry-point group or ``MMIRAGE_BATCH_PROVIDERS=module[,module...]`` (modules imported before the
+config is loaded, which register themselves on import); see ``load_provider_plugins``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from typing import Any, ClassVar
+
+from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
+from mmirage.core.process.batch.provider_resolution import normalize_provider_name
+
+logger = logging.getLogger(__name__)
+
+_BUILT_INS = {
+    "openai": "mmirage.core.process.batch.adapters.openai:OpenAIBatchAdapter",
+    "anthropic": "mmirage.core.process.batch.adapters.anthropic:AnthropicBatchAdapter",
+    "gemini": "mmirage.core.process.batch.adapters.gemini:GeminiBatchAdapter",
+}
+PLUGIN_GROUP = "mmirage.batch_providers"
+PLUGIN_ENV = "MMIRAGE_BATCH_PROVIDERS"
+
+
+class UnknownBatchAdapterError(LookupError):
+    """No adapter is registered for a provider name."""
+
+
+class BatchAdapterRegistry:
+    """Process-wide map from provider name to its adapter class."""
+
+    _registry: ClassVar[dict[str, type[BatchSubmissionAdapter]]] = {}
+
+    @classmethod
+    def register(cls, name: str, adapter_cls: type[BatchSubmissionAdapter]) -> None:
+        key = normalize_provider_name(name)
+        if not key:
+            raise ValueError("a batch provider needs a non-empty name")
+        if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, BatchSubmissionAdapter)):
+            raise TypeError(
+                f"cannot register {adapter_cls!r} for batch provider {key!r}: "
+                "it must be a subclass of BatchSubmissionAdapter"
+            )
+        cls._registry[key] = adapter_cls
+
+    @classmethod
+    def resolve(cls, name: str) -> type[BatchSubmissionAdapter]:
+        key = normalize_provider_name(name)
+        if key in cls._registry:
+            return cls._registry[key]
+        if key in _BUILT_INS:
+            module, _, attr = _BUILT_INS[key].partition(":")
+            adapter_cls: type[BatchSubmissionAdapter] = getattr(
+                importlib.import_module(module), attr
+            )
+            cls._registry[key] = adapter_cls
+            return adapter_cls
+        raise UnknownBatchAdapterError(
+            f"no batch adapter is registered for provider '{key}' (available: "
+            f"{', '.join(cls.available())}); register one with "
+            "BatchAdapterRegistry.register, an 'mmirage.batch_providers' entry point or "
+            f"{PLUGIN_ENV}"
+        )
+
+    @classmethod
+    def create(cls, config: Any, allow_missing_credentials: bool = False) -> BatchSubmissionAdapter:
+        """An adapter for ``config`` (a ``BatchProviderConfig``), its credentials checked."""
+        adapter_cls = cls.resolve(config.provider)
+        credentials = adapter_cls.read_credentials(
+            config.provider, allow_missing=allow_missing_credentials
+        )
+        return adapter_cls(credentials)
+
+    @classmethod
+    def available(cls) -> list[str]:
+        return sorted(set(cls._registry) | set(_BUILT_INS))
+
+    @classmethod
+    def unregister(cls, name: str) -> None:
+        cls._registry.pop(normalize_provider_name(name), None)
+
+    @classmethod
+    def clear(cls) -> None:
+        """Forget every registration; the built-ins come back on the next lookup."""
+        cls._registry.clear()
+
+
+# The original's name for the same factory.
+class BatchAdapterFactory:
+    @staticmethod
+    def from_config(config: Any, allow_missing_credentials: bool = False) -> BatchSubmissionAdapter:
+        return BatchAdapterRegistry.create(config, allow_missing_credentials)
+
+
+_plugins_loaded = False
+
+
+def load_provider_plugins() -> None:
+    """Import every custom provider module named by the entry-point group and the environment
+    variable (once per process). A module that fails to import is an error naming it."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            loaded = ep.load()
+        except Exception as exc:
+            raise ImportError(
+                f"the batch provider plugin '{ep.name}' ({ep.value}) failed to load: {exc}"
+            ) from exc
+        if callable(loaded) and not isinstance(loaded, type):
+            loaded()  # an entry point may name a register() function instead of a module
+    for module in filter(None, (m.strip() for m in os.environ.get(PLUGIN_ENV, "").split(","))):
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            raise ImportError(
+                f"{PLUGIN_ENV} names the module '{module}', which failed to import: {exc}; "
+                "check that it is on PYTHONPATH"
+            ) from exc
+
+
+__all__ = [
+    "BatchAdapterFactory",
+    "BatchAdapterRegistry",
+    "UnknownBatchAdapterError",
+    "load_provider_plugins",
+]
