@@ -42,6 +42,9 @@ class ExecutionParams:
     gpus: NonNegativeInt = 4
     cpus_per_task: PositiveInt = 288
     time_limit: str = "11:59:59"
+    # New: how many shards ``mmirage run`` runs at once in local mode (each in its own process).
+    # The original ran them one after another; 1 keeps that.
+    local_parallel_shards: PositiveInt = 1
 
     def __post_init__(self) -> None:
         # Defaults are written with "~" too; expand them like user values.

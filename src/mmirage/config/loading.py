@@ -42,7 +42,8 @@ class DatasetConfig:
 @dataclass
 class LoadingParams:
     """``state_dir`` defaults per config file (see ``loader.default_state_dir``); ``shard_id``
-    ``None`` means "the shard the CLI or executor chose" — a literal number pins it."""
+    ``None`` means "the shard the CLI or executor chose" — a literal number pins it.
+    ``output_format`` is new (the original only wrote HF directories, which stays the default)."""
 
     datasets: list[DatasetConfig] = field(default_factory=list)
     state_dir: OptionalPathStr = None
@@ -50,6 +51,9 @@ class LoadingParams:
     shard_id: NonNegativeInt | None = None
     batch_size: PositiveInt = 1
     output_dir: str = ""  # legacy, unused: each dataset has its own output_dir
+    # How each published shard is written (the part files stay JSONL): "hf", the original's
+    # save_to_disk directory, loadable with datasets.load_from_disk; or one JSONL/Parquet file.
+    output_format: Literal["hf", "jsonl", "parquet"] = "hf"
 
     def __post_init__(self) -> None:
         if not self.datasets:

@@ -21,6 +21,8 @@ class OutputRequest:
     image_urls: list[str] = field(default_factory=list)
     variables: dict[str, Any] = field(default_factory=dict)  # inputs and earlier outputs
     row: dict[str, Any] = field(default_factory=dict)  # the raw source row
+    # The row's position over all datasets and splits, in config order: unique in the pipeline.
+    source_index: int = 0
 
 
 @dataclass(slots=True)
@@ -28,6 +30,7 @@ class OutputResult:
     value: Any = None  # text, a parsed JSON dict, a placeholder, or a custom value
     error: str | None = None  # one sentence; value is None then, or a custom fallback_value
     retryable: bool = False
+    fallback: bool = False  # value is the processor's configured fallback: used, error recorded
     input_tokens: int = 0
     output_tokens: int = 0
 
@@ -44,3 +47,14 @@ class Processor(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a processor may need to know about the run that builds it."""
+
+    run_id: str  # one per ``mmirage run`` invocation (shared by the shards it runs)
+    shard_id: int
+    num_shards: int
+    state_dir: str  # this pipeline's state folder (``<state_dir>/<pipeline id>``)
+    export_prompts: str | None = None  # dry run: write requests here instead of submitting

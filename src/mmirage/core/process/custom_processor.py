@@ -222,7 +222,10 @@ class CustomProcessor:
 
     def _fallback(self, error: str, retryable: bool) -> OutputResult:
         return OutputResult(
-            value=copy.deepcopy(self.config.fallback_value), error=error, retryable=retryable
+            value=copy.deepcopy(self.config.fallback_value),
+            error=error,
+            retryable=retryable,
+            fallback=True,
         )
 
     def _open_breaker(self, reason: str) -> None:

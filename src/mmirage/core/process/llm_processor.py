@@ -10,7 +10,7 @@ SGLang/vLLM server from ``server_args`` is not implemented yet: start it yoursel
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
@@ -133,21 +133,33 @@ class LLMProcessor:
             self._models[key] = model
         return model
 
+    @property
+    def group_rows(self) -> int:
+        """Rows per runner call: enough to keep every concurrent request slot busy."""
+        return 4 * self.llm.config.worker_concurrency
+
     async def process(self, output: Any, requests: Sequence[OutputRequest]) -> list[OutputResult]:
         results: list[OutputResult | None] = [None] * len(requests)
+        async for index, result in self.stream(output, requests):
+            results[index] = result
+        return [r or OutputResult(error="no result came back for this row") for r in results]
+
+    async def stream(
+        self, output: Any, requests: Sequence[OutputRequest]
+    ) -> AsyncIterator[tuple[int, OutputResult]]:
+        """Each request's result as it arrives (the runner journals it at once)."""
         items: list[BatchItem] = []
         response_model = self._response_model(output)
         for index, request in enumerate(requests):
             item_or_error = _build_item(index, request, output.name, response_model)
             if isinstance(item_or_error, OutputResult):
-                results[index] = item_or_error
+                yield index, item_or_error
             else:
                 items.append(item_or_error)
         if items:
             # A rejected API key (401) raises from here: that is not one row's failure.
             async for result in self.llm.batch_stream(items):
-                results[result.metadata["index"]] = _to_output_result(result)
-        return [r or OutputResult(error="no result came back for this row") for r in results]
+                yield result.metadata["index"], _to_output_result(result)
 
     async def aclose(self) -> None:
         await self.llm.aclose()

@@ -8,12 +8,20 @@ Per row, the part file (and so the published shard) holds the rendered row plus 
   rendered). A failed row keeps its source columns and gets ``null`` for every schema column;
   its later outputs are not computed (they would mostly depend on the failed one, and nobody
   should pay for them);
-* ``__usage__`` — ``{"input_tokens", "output_tokens"}`` summed over the row's outputs.
+* ``__usage__`` — ``{"input_tokens", "output_tokens"}`` summed over the row's outputs;
+* ``__vars__`` — only on rows still waiting for a ``batch_api`` result: the variables the
+  output_schema reads (placeholders included), so that ``merge`` can render the row again
+  once the results are home.
 
-A checkpoint follows every batch, so a killed shard resumes at the batch that was in flight:
-rows of finished batches are never sent again (those of the interrupted batch are). A finished
-shard is skipped on rerun unless ``force`` (recompute from scratch); ``reset_attempts`` gives a
-failed shard its retry budget back without discarding anything.
+A processor's configured fallback (custom ``fallback_value``) is used as the output's value and
+its reason is still recorded in ``__errors__``, so no fallback is silent.
+
+Rows are processed a group at a time (``batch_size`` rows, more when a processor wants more to
+keep its concurrency busy) and a checkpoint follows every group. Results are journaled as they
+arrive (``journal.py``), so a killed shard resumes at its last checkpoint without paying again
+for the results that had already come back. A finished shard is skipped on rerun unless
+``force`` (recompute from scratch); ``reset_attempts`` gives a failed shard its retry budget
+back without discarding anything.
 """
 
 from __future__ import annotations
@@ -26,10 +34,18 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mmirage.core.loader import BadRow, DatasetShard, Row, open_datasets, plan_shard
-from mmirage.core.process.base import OutputRequest, Processor
+from mmirage.core.loader import (
+    BadRow,
+    DatasetShard,
+    DatasetSource,
+    Row,
+    open_datasets,
+    plan_shard,
+)
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
 from mmirage.core.process.prompts import render_prompt
 from mmirage.core.process.variables import RowError, VariableExtractor, image_urls
+from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.output import Checkpoint, ShardOutput
 from mmirage.core.shard.state import (
     HEARTBEAT_EVERY_S,
@@ -42,7 +58,7 @@ from mmirage.core.shard.state import (
     shard_lock,
     status_path,
 )
-from mmirage.core.writer.renderer import OutputRenderer
+from mmirage.core.writer.renderer import OutputRenderer, is_placeholder
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -51,7 +67,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ROW_KEY, ERRORS, USAGE = "__row_key__", "__errors__", "__usage__"
+ROW_KEY, ERRORS, USAGE, VARS = "__row_key__", "__errors__", "__usage__", "__vars__"
 _COUNTERS = ("rows_done", "rows_failed", "input_tokens", "output_tokens")
 
 
@@ -88,16 +104,26 @@ def run_shard(
     processors: Mapping[str, Processor] | None = None,
     force: bool = False,
     reset_attempts: bool = False,
+    run_id: str | None = None,
+    export_prompts: str | None = None,
 ) -> ShardReport:
     """Run shard ``shard_id`` of every dataset and publish it; see the module docstring.
 
     ``processors`` (keyed by ``processor_key``) are used as given and not closed; ``None``
     builds them from the config and closes them at the end. Raises on failure, after recording
-    it in status.json; the next call resumes from the last checkpoint.
+    it in status.json; the next call resumes from the last checkpoint. ``run_id`` names this
+    run in batch receipts (default: one per process); ``export_prompts`` makes ``batch_api``
+    processors write their requests there instead of submitting them.
     """
     return asyncio.run(
         arun_shard(
-            config, shard_id, processors=processors, force=force, reset_attempts=reset_attempts
+            config,
+            shard_id,
+            processors=processors,
+            force=force,
+            reset_attempts=reset_attempts,
+            run_id=run_id,
+            export_prompts=export_prompts,
         )
     )
 
@@ -109,6 +135,8 @@ async def arun_shard(
     processors: Mapping[str, Processor] | None = None,
     force: bool = False,
     reset_attempts: bool = False,
+    run_id: str | None = None,
+    export_prompts: str | None = None,
 ) -> ShardReport:
     lp = config.loading_params
     if not 0 <= shard_id < lp.num_shards:
@@ -116,31 +144,57 @@ async def arun_shard(
     # One run per shard at a time: two would both pay for every row and interleave their
     # lines in the part file. The lock dies with its process, so a killed run never blocks.
     with shard_lock(status_path(config, shard_id).parent / "lock", shard_id):
-        return await _arun_shard_locked(
-            config, shard_id, processors=processors, force=force, reset_attempts=reset_attempts
+        context = RunContext(
+            run_id=run_id or current_run_id(),
+            shard_id=shard_id,
+            num_shards=lp.num_shards,
+            state_dir=str(status_path(config, shard_id).parent.parent),
+            export_prompts=export_prompts,
         )
+        return await _arun_shard_locked(
+            config, context, processors=processors, force=force, reset_attempts=reset_attempts
+        )
+
+
+def current_run_id() -> str:
+    """This run's id: ``MMIRAGE_RUN_ID`` (set by a parent ``mmirage run`` for its shard
+    processes), else six hex digits drawn once per process."""
+    global _RUN_ID
+    if _RUN_ID is None:
+        import os
+        import uuid
+
+        _RUN_ID = os.environ.get("MMIRAGE_RUN_ID") or uuid.uuid4().hex[:6]
+    return _RUN_ID
+
+
+_RUN_ID: str | None = None
 
 
 async def _arun_shard_locked(
     config: MMirageConfig,
-    shard_id: int,
+    context: RunContext,
     *,
     processors: Mapping[str, Processor] | None,
     force: bool,
     reset_attempts: bool,
 ) -> ShardReport:
+    shard_id = context.shard_id
     lp = config.loading_params
     started = time.monotonic()
     report = ShardReport(shard_id, lp.num_shards)
     fp = fingerprint(config)
     status = ShardStatus(config, shard_id)
     # Opened before anything is marked running: a bad path is the user's error, not a failure.
-    shards = plan_shard(open_datasets(lp.datasets), lp.num_shards, shard_id)
+    sources = open_datasets(lp.datasets)
+    shards = plan_shard(sources, lp.num_shards, shard_id)
+    offsets = source_offsets(sources)
     outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards) for s in shards]
     _check_can_run(status, outputs, fp, shard_id, force)
     if force:  # start afresh: results and the retry budget
         for out in outputs:
             out.discard()
+            _journal_path(out).unlink(missing_ok=True)
     if force or reset_attempts:
         status.data["attempts"] = 0
     done = [out.finished() for out in outputs]
@@ -153,13 +207,15 @@ async def _arun_shard_locked(
 
     if all(done):  # published, but status.json was lost: record it without building anything
         processors = {}
-    async with _processors(config, processors) as procs:
+    async with _processors(config, processors, context) as procs:
         status.start(fp)
         beating = asyncio.create_task(_heartbeat(status))
         try:
             for shard, out, finished in zip(shards, outputs, done, strict=True):
                 if finished is None:
-                    finished = await _run_dataset(config, shard, out, fp, procs, status, report)
+                    finished = await _run_dataset(
+                        config, shard, offsets, out, fp, procs, status, report
+                    )
                 else:
                     report.add(finished)
                 report.published.append(str(out.published))
@@ -204,7 +260,7 @@ def _check_can_run(
 
 @contextlib.asynccontextmanager
 async def _processors(
-    config: MMirageConfig, given: Mapping[str, Processor] | None
+    config: MMirageConfig, given: Mapping[str, Processor] | None, context: RunContext
 ) -> AsyncIterator[Mapping[str, Processor]]:
     if given is not None:
         yield given
@@ -216,7 +272,7 @@ async def _processors(
         for output in config.processing_params.outputs:
             pc = config.processor_for(output)
             if processor_key(pc) not in built:
-                built[processor_key(pc)] = build_processor(pc)
+                built[processor_key(pc)] = build_processor(pc, context)
         yield built
     finally:
         for proc in built.values():
@@ -264,21 +320,45 @@ def _items(shard: DatasetShard, ckpt: Checkpoint) -> Iterator[tuple[int, Item]]:
         bad.clear()
 
 
+def source_offsets(sources: list[DatasetSource]) -> dict[tuple[int, str | None], int]:
+    """Where each (dataset, split) starts in the pipeline's global row order (config order):
+    ``offset + row_id`` is a row's ``source_index``, unique over every dataset and shard."""
+    offsets: dict[tuple[int, str | None], int] = {}
+    total = 0
+    for source in sources:
+        for split in source.splits:
+            offsets[(source.index, split)] = total
+            total += source.reader(split).num_rows
+    return offsets
+
+
+def _journal_path(out: ShardOutput) -> Any:
+    return out.part.with_name(out.part.name.removesuffix(".jsonl") + ".journal.jsonl")
+
+
+def _group_rows(config: MMirageConfig, procs: Mapping[str, Processor]) -> int:
+    wanted = [int(getattr(p, "group_rows", 1)) for p in procs.values()]
+    return max([config.loading_params.batch_size, *wanted])
+
+
 async def _run_dataset(
     config: MMirageConfig,
     shard: DatasetShard,
+    offsets: Mapping[tuple[int, str | None], int],
     out: ShardOutput,
     fp: str,
     procs: Mapping[str, Processor],
     status: ShardStatus,
     report: ShardReport,
 ) -> Checkpoint:
-    batch_size = config.loading_params.batch_size
+    group_rows = _group_rows(config, procs)
     ckpt = out.open(fp)
     if ckpt.rows_done:
         logger.info("shard %d: resuming %s after %d rows", shard.shard_id, out.part, ckpt.rows_done)
     report.resumed_rows += ckpt.rows_done
-    worker = _BatchWorker(config, shard, procs)
+    journal = ResultJournal(_journal_path(out), fp)
+    journal.open()
+    worker = _BatchWorker(config, shard, offsets, procs, journal)
     batch: list[tuple[int, Item]] = []
 
     async def flush() -> None:
@@ -292,17 +372,25 @@ async def _run_dataset(
         ckpt.range_index, last = batch[-1][0], batch[-1][1]
         ckpt.next_row_id = last.row_id + 1
         out.checkpoint(ckpt)
+        journal.settle([rec[ROW_KEY] for rec in records])
         status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in _COUNTERS})
         status.beat()
         batch.clear()
 
-    for entry in _items(shard, ckpt):
-        batch.append(entry)
-        if len(batch) >= batch_size:
+    try:
+        for entry in _items(shard, ckpt):
+            batch.append(entry)
+            if len(batch) >= group_rows:
+                await flush()
+        if batch:
             await flush()
-    if batch:
-        await flush()
-    out.publish(ckpt)
+        for proc in procs.values():
+            finish = getattr(proc, "finish", None)
+            if finish is not None:
+                await finish()
+        out.publish(ckpt)
+    finally:
+        journal.close(remove=ckpt.complete)
     report.add(ckpt)
     return ckpt
 
@@ -311,6 +399,7 @@ async def _run_dataset(
 class _RowWork:
     index: int
     key: str
+    source_index: int
     row: dict[str, Any]
     variables: dict[str, Any]
     errors: dict[str, str] = field(default_factory=dict)
@@ -319,15 +408,22 @@ class _RowWork:
 
 
 class _BatchWorker:
-    """One dataset's per-batch logic (extractor and renderer built once)."""
+    """One dataset's per-group logic (extractor and renderer built once)."""
 
     def __init__(
-        self, config: MMirageConfig, shard: DatasetShard, procs: Mapping[str, Processor]
+        self,
+        config: MMirageConfig,
+        shard: DatasetShard,
+        offsets: Mapping[tuple[int, str | None], int],
+        procs: Mapping[str, Processor],
+        journal: ResultJournal,
     ) -> None:
         pp = config.processing_params
         self.config = config
         self.shard = shard
+        self.offsets = offsets
         self.procs = procs
+        self.journal = journal
         self.extractor = VariableExtractor(pp.inputs, image_base_path=shard.source.image_base_path)
         self.image_names = [i.name for i in pp.inputs if i.type == "image"]
         self.renderer = OutputRenderer(pp.output_schema, remove_columns=pp.remove_columns)
@@ -348,26 +444,34 @@ class _BatchWorker:
             except RowError as exc:
                 records[index] = self._failed(self._key(item), item.data, {"__row__": str(exc)})
                 continue
-            live.append(_RowWork(index, self._key(item), item.data, variables))
+            source_index = self.offsets[(self.shard.dataset_index, item.split)] + item.row_id
+            live.append(_RowWork(index, self._key(item), source_index, item.data, variables))
         for output in self.config.processing_params.outputs:
-            await self._output(output, [w for w in live if not w.errors])
+            await self._output(output, [w for w in live if output.name not in w.errors])
         for w in live:
-            if not w.errors:
+            if not w.errors or all(name in w.variables for name in w.errors):
                 try:
                     rendered = self.renderer.render(w.variables, w.row)
                 except RowError as exc:
                     w.errors["__schema__"] = str(exc)
                 else:
-                    records[w.index] = {**rendered, **self._meta(w.key, None, w)}
+                    records[w.index] = {**rendered, **self._meta(w)}
                     continue
             records[w.index] = self._failed(w.key, w.row, w.errors, w.input_tokens, w.output_tokens)
         return [r for r in records if r is not None]
 
     async def _output(self, output: OutputVar, work: list[_RowWork]) -> None:
+        """Compute one output for the rows still going (a row whose earlier output failed
+        without a fallback gets no later output: it would mostly depend on the failed one)."""
+        work = [w for w in work if all(name in w.variables for name in w.errors)]
         template: str | None = getattr(output, "prompt", None)  # custom outputs have none
         requests: list[OutputRequest] = []
         sent: list[_RowWork] = []
         for w in work:
+            journaled = self.journal.get(w.key, output.name)
+            if journaled is not None:  # paid for by an interrupted run
+                self._take(w, output.name, journaled)
+                continue
             try:
                 prompt = None if template is None else render_prompt(template, w.variables)
             except RowError as exc:
@@ -375,25 +479,34 @@ class _BatchWorker:
                 continue
             images = image_urls(w.variables, self.image_names) if template is not None else []
             requests.append(
-                OutputRequest(w.key, output.name, prompt, images, dict(w.variables), w.row)
+                OutputRequest(
+                    w.key, output.name, prompt, images, dict(w.variables), w.row, w.source_index
+                )
             )
             sent.append(w)
         if not requests:
             return
         proc = self.procs[processor_key(self.config.processor_for(output))]
-        results = await proc.process(output, requests)
-        if len(results) != len(requests):
+        got = 0
+        async for index, result in _results(proc, output, requests):
+            w = sent[index]
+            self.journal.add(w.key, output.name, result)
+            self._take(w, output.name, result)
+            got += 1
+        if got != len(requests):
             raise RuntimeError(
-                f"the processor of output '{output.name}' answered {len(results)} results for "
+                f"the processor of output '{output.name}' answered {got} results for "
                 f"{len(requests)} requests"
             )
-        for w, result in zip(sent, results, strict=True):
-            w.input_tokens += result.input_tokens
-            w.output_tokens += result.output_tokens
-            if result.error is not None:
-                w.errors[output.name] = result.error
-            else:
-                w.variables[output.name] = result.value
+
+    @staticmethod
+    def _take(w: _RowWork, name: str, result: OutputResult) -> None:
+        w.input_tokens += result.input_tokens
+        w.output_tokens += result.output_tokens
+        if result.error is not None:
+            w.errors[name] = result.error
+        if result.error is None or result.fallback:
+            w.variables[name] = result.value
 
     def _failed(
         self,
@@ -408,7 +521,29 @@ class _BatchWorker:
         usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
         return {**base, ROW_KEY: key, ERRORS: errors, USAGE: usage}
 
-    @staticmethod
-    def _meta(key: str, errors: dict[str, str] | None, w: _RowWork) -> dict[str, Any]:
+    def _meta(self, w: _RowWork) -> dict[str, Any]:
         usage = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens}
-        return {ROW_KEY: key, ERRORS: errors, USAGE: usage}
+        meta: dict[str, Any] = {ROW_KEY: w.key, ERRORS: w.errors or None, USAGE: usage}
+        pending = {n: w.variables[n] for n in self.renderer.variables if n in w.variables}
+        if any(is_placeholder(v) for v in pending.values()):
+            meta[VARS] = pending
+        return meta
+
+
+async def _results(
+    proc: Processor, output: Any, requests: list[OutputRequest]
+) -> AsyncIterator[tuple[int, OutputResult]]:
+    """``(index, result)`` pairs, as they arrive when the processor can stream them."""
+    stream = getattr(proc, "stream", None)
+    if stream is not None:
+        async for pair in stream(output, requests):
+            yield pair
+        return
+    results = await proc.process(output, requests)
+    if len(results) != len(requests):
+        raise RuntimeError(
+            f"the processor of output '{output.name}' answered {len(results)} results for "
+            f"{len(requests)} requests"
+        )
+    for pair in enumerate(results):
+        yield pair

@@ -1,0 +1,98 @@
+"""The result journal: each (row, output) result written the moment it arrives.
+
+Rows reach the part file a processing group at a time, and a checkpoint records them; a shard
+killed mid-group would otherwise pay again for every row of that group. The journal closes the
+gap: every successful result is appended here as it arrives (one ``write`` per line, no fsync:
+it survives a killed process, which is what resume is for), and a resumed run takes journaled
+results instead of sending those requests again. Entries are dropped once their rows are
+checkpointed; the file is rewritten from the live entries when it grows, so it stays
+O(rows in flight).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from mmirage.core.process.base import OutputResult
+
+_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+_COMPACT_AT = 4096  # lines; rewrite when the file holds this many more than the live entries
+
+
+class ResultJournal:
+    def __init__(self, path: Path, fingerprint: str) -> None:
+        self.path = path
+        self.fingerprint = fingerprint
+        self._live: dict[str, dict[str, bytes]] = {}  # row key → output name → line
+        self._lines = 0
+        self._fd: int | None = None
+
+    def open(self) -> None:
+        """Load what an interrupted run journaled (for this configuration only)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError), open(self.path, "rb") as f:
+            for line in f:
+                try:
+                    entry = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue  # the torn last line of a killed run
+                if entry.get("fp") == self.fingerprint:
+                    self._live.setdefault(entry["key"], {})[entry["output"]] = line
+        self._rewrite()
+
+    def get(self, key: str, output: str) -> OutputResult | None:
+        line = self._live.get(key, {}).get(output)
+        if line is None:
+            return None
+        entry = orjson.loads(line)
+        return OutputResult(
+            value=entry["value"],
+            input_tokens=entry["input_tokens"],
+            output_tokens=entry["output_tokens"],
+        )
+
+    def add(self, key: str, output: str, result: OutputResult) -> None:
+        """Record a successful result (errors are not journaled: a resumed run retries them)."""
+        if result.error is not None or self._fd is None:
+            return
+        entry: dict[str, Any] = {
+            "fp": self.fingerprint,
+            "key": key,
+            "output": output,
+            "value": result.value,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+        }
+        line = orjson.dumps(entry, default=str, option=_OPTS)
+        os.write(self._fd, line)
+        self._lines += 1
+        self._live.setdefault(key, {})[output] = line
+
+    def settle(self, keys: list[str]) -> None:
+        """These rows are checkpointed: their entries are no longer needed."""
+        for key in keys:
+            self._live.pop(key, None)
+        if self._lines > _COMPACT_AT + 2 * sum(map(len, self._live.values())):
+            self._rewrite()
+
+    def close(self, *, remove: bool = False) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if remove:
+            self.path.unlink(missing_ok=True)
+
+    def _rewrite(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        lines = [line for outputs in self._live.values() for line in outputs.values()]
+        tmp.write_bytes(b"".join(lines))
+        os.replace(tmp, self.path)
+        self._lines = len(lines)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
