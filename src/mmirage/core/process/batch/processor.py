@@ -1,0 +1,251 @@
+"""``type: batch_api``: rows become provider batch requests; the shard keeps placeholders.
+
+Per request: the neutral payload (``payload.py``) → the adapter's request line → the spool of
+its modality (``spool.py``), durable before the runner checkpoints the row. A chunk that fills
+is submitted in the background while rows keep coming (at most two submissions at once), its
+receipt appended (``receipts.py``) and marked done; ``finish`` submits the last chunks before
+the shard is published, and a failed submission fails the shard, whose rerun submits exactly
+the chunks that have no receipt. The row's value is ``__BATCH_SUBMITTED__:<custom_id>``.
+
+Under ``--export-prompts`` nothing is submitted and no key is needed: each closed chunk is
+appended to the export file as ``{"batch_id", "request"}`` lines and gets a dry-run receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from mmirage.core.process.base import OutputRequest, OutputResult, RunContext
+from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
+from mmirage.core.process.batch.payload import build_payload, custom_id_for, modality_of
+from mmirage.core.process.batch.receipts import append_receipt, receipt_base, receipt_path
+from mmirage.core.process.batch.registry import BatchAdapterRegistry
+from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
+from mmirage.core.writer.renderer import make_placeholder
+
+logger = logging.getLogger(__name__)
+
+_MAX_SUBMISSIONS = 2  # chunks uploading at once: enough to overlap, gentle on the provider
+
+
+def export_file(path: str, run_id: str) -> Path:
+    """``X.jsonl`` → ``X.<run_id>.jsonl``; any other path is a directory that gets
+    ``exported_prompts.<run_id>.jsonl``."""
+    expanded = os.path.expanduser(path)
+    if expanded.endswith(".jsonl"):
+        return Path(f"{expanded.removesuffix('.jsonl')}.{run_id}.jsonl")
+    return Path(expanded) / f"exported_prompts.{run_id}.jsonl"
+
+
+class BatchApiProcessor:
+    def __init__(self, config: Any, context: RunContext) -> None:
+        self.config = config
+        self.provider_config = config.provider_config
+        self.context = context
+        self.dry_run = context.export_prompts is not None
+        # The key is checked here, before any row (skipped for a dry run: nothing is sent).
+        self.adapter: BatchSubmissionAdapter = BatchAdapterRegistry.create(
+            self.provider_config, allow_missing_credentials=self.dry_run
+        )
+        self._exact_size = (
+            type(self.adapter).estimate_request_bytes
+            is BatchSubmissionAdapter.estimate_request_bytes
+        )
+        self.export_path: Path | None = None
+        if context.export_prompts is not None:
+            self.export_path = export_file(context.export_prompts, context.run_id)
+            self.export_path.parent.mkdir(parents=True, exist_ok=True)
+            self.export_path.touch()  # fail now, not after the first chunk, on a bad path
+        self.base = receipt_base(self.provider_config, context.state_dir)
+        name = config.name or config.type
+        self._root = (
+            Path(context.state_dir)
+            / ("batch-dry-run" if self.dry_run else "batch")
+            / name
+            / f"shard-{context.shard_id}-of-{context.num_shards}"
+        )
+        self._spools: dict[str, ChunkSpool] = {}
+        self._pending: list[SpooledChunk] = []  # recovered, not yet submitted
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(_MAX_SUBMISSIONS)
+        self._failure: BaseException | None = None
+        self._schemas: dict[str, dict[str, Any] | None] = {}
+        self.submitted_batches = 0
+
+    # -- the Processor protocol ------------------------------------------------------------
+
+    async def process(self, output: Any, requests: Sequence[OutputRequest]) -> list[OutputResult]:
+        self._raise_if_failed()
+        results: list[OutputResult] = []
+        by_modality: dict[str, list[tuple[str, int, int, bytes]]] = {}
+        for request in requests:
+            modality = modality_of(request)
+            custom_id = custom_id_for(output.name, modality, request.source_index)
+            spool = self._spool(modality)
+            if custom_id in spool.spooled:  # spooled by an interrupted run: never twice
+                results.append(OutputResult(value=make_placeholder(custom_id)))
+                continue
+            try:
+                line = self._line(custom_id, request, output)
+            except (ValueError, OSError) as exc:  # llm_kit's ItemError is a ValueError
+                results.append(OutputResult(error=f"request '{custom_id}': {exc}"))
+                continue
+            dataset = int(request.row_key.split(":", 1)[0])
+            by_modality.setdefault(modality, []).append(
+                (custom_id, request.source_index, dataset, line)
+            )
+            results.append(OutputResult(value=make_placeholder(custom_id)))
+        for modality, lines in by_modality.items():
+            for chunk in self._spool(modality).add_many(lines):
+                self._submit_later(modality, chunk)
+        return results
+
+    async def finish(self) -> None:
+        """Submit every chunk still open or pending; raise if any submission failed."""
+        for modality, spool in self._spools.items():
+            for chunk in spool.close():
+                self._submit_later(modality, chunk)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._raise_if_failed()
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _line(self, custom_id: str, request: OutputRequest, output: Any) -> bytes:
+        payload = build_payload(request, output, self._schema(output))
+        built = self.adapter.build_request(custom_id, payload, self.provider_config)
+        line = orjson.dumps(built, option=orjson.OPT_APPEND_NEWLINE)
+        if not self._exact_size:
+            # A custom adapter's estimate may exceed the serialized size: pad the accounting
+            # by the difference so chunking follows its estimate, as the contract says.
+            extra = self.adapter.estimate_request_bytes(built) - (len(line) - 1)
+            if extra > 0:
+                line = line[:-1] + b" " * extra + b"\n"
+        return line
+
+    def _schema(self, output: Any) -> dict[str, Any] | None:
+        if output.name not in self._schemas:
+            is_json = getattr(output, "is_json", False)
+            self._schemas[output.name] = output.schema.json_schema() if is_json else None
+        return self._schemas[output.name]
+
+    def _spool(self, modality: str) -> ChunkSpool:
+        spool = self._spools.get(modality)
+        if spool is None:
+            pc = self.provider_config
+            cap = pc.max_requests_per_chunk or getattr(self.adapter, "max_requests_per_batch", None)
+            spool = ChunkSpool(
+                self._root / modality, pc.max_chunk_bytes, cap, pc.oversized_request_policy
+            )
+            for chunk in spool.recover():
+                logger.warning(
+                    "submitting chunk %s left unsubmitted by an interrupted run", chunk.path
+                )
+                self._submit_later(modality, chunk)
+            self._spools[modality] = spool
+        return spool
+
+    # -- submission ----------------------------------------------------------------------------
+
+    def _submit_later(self, modality: str, chunk: SpooledChunk) -> None:
+        task = asyncio.get_running_loop().create_task(self._submit(modality, chunk))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _submit(self, modality: str, chunk: SpooledChunk) -> None:
+        try:
+            async with self._slots:
+                if self._failure is not None:
+                    return  # the shard is failing: leave the chunk for the rerun
+                receipt = await asyncio.to_thread(self._submit_sync, modality, chunk)
+            path = receipt_path(self.base, modality, self.context.run_id, dry_run=self.dry_run)
+            append_receipt(path, receipt)
+            chunk.done_path.write_bytes(orjson.dumps(receipt))
+            self.submitted_batches += 1
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if self._failure is None:
+                self._failure = exc
+
+    def _submit_sync(self, modality: str, chunk: SpooledChunk) -> dict[str, Any]:
+        chunk_id = f"s{self.context.shard_id}-chunk-{chunk.number:06d}"
+        lines = read_lines(chunk)
+        ids = list(chunk.read_ids())
+        if self.dry_run:
+            assert self.export_path is not None
+            batch_id = f"{modality}-{chunk_id}"
+            prefix = b'{"batch_id":' + orjson.dumps(batch_id) + b',"request":'
+            data = b"".join(prefix + line.rstrip() + b"}\n" for line in lines)
+            with open(self.export_path, "ab") as f:
+                f.write(data)
+            provider_batch_id, status, raw = f"dry-run-{batch_id}", "dry_run", {}
+        else:
+            requests = [orjson.loads(line) for line in lines]
+            raw = self.adapter.submit_chunk(chunk_id, requests, self.provider_config)
+            result = self.adapter.parse_submission_result(raw)
+            provider_batch_id, status = result.provider_batch_id, result.status
+            logger.info(
+                "submitted %s (%d requests) as %s batch %s",
+                chunk_id,
+                len(lines),
+                self.provider_config.provider,
+                provider_batch_id,
+            )
+        digest = hashlib.sha256()
+        for line in lines:
+            digest.update(line)
+        outputs = sorted({cid.rsplit("-", 2)[0] for cid, _, _ in ids})
+        return {
+            "provider": self.provider_config.provider,
+            "chunk_id": chunk_id,
+            "provider_batch_id": provider_batch_id,
+            "status": status,
+            "custom_id_to_source_index": {cid: index for cid, index, _ in ids},
+            "request_hash": digest.hexdigest(),
+            "model_params_snapshot": {
+                "outputs": outputs,
+                "modality": modality,
+                "model": getattr(self.provider_config, "model", None),
+            },
+            "submitted_request_count": len(lines),
+            "total_bytes": chunk.bytes,
+            "has_oversized_request": chunk.oversized,
+            "flush_reason": chunk.flush_reason or "recovered",
+            "submitted_at_utc": dt.datetime.now(dt.UTC).isoformat(),
+            "run_id": self.context.run_id,
+            "shard_id": self.context.shard_id,
+            "num_shards": self.context.num_shards,
+            "datasets": sorted({dataset for _, _, dataset in ids}),
+            "processor": self.config.name or self.config.type,
+            "spool_path": str(chunk.path),
+            "raw_response": _public(raw),
+        }
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            exc = self._failure
+            raise RuntimeError(
+                f"submitting a batch to {self.provider_config.provider} failed: {exc}; "
+                "rerun to submit the chunks that have no receipt yet"
+            ) from exc
+
+
+def _public(raw: dict[str, Any]) -> dict[str, Any]:
+    """The provider's answer minus anything that could be a credential."""
+    return {k: v for k, v in raw.items() if "key" not in k.lower() and "token" not in k.lower()}
