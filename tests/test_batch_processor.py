@@ -345,3 +345,36 @@ def test_rows_with_missing_images_fail_alone(tmp_path: Path, ledger: Path) -> No
     assert len(rows) == 3
     assert all(r["__errors__"] and "nope.png" in json.dumps(r["__errors__"]) for r in rows)
     assert ledger_ids(ledger) == []
+
+
+def _two_outputs(second_prompt: str, first_name: str = "answer") -> dict[str, Any]:
+    return {
+        "processors": [
+            {"type": "batch_api", "provider": "ledger"},
+            {"type": "llm", "message_format": "local"},
+        ],
+        "loading_params": {"datasets": [{"path": "x.jsonl", "type": "JSONL", "output_dir": "o"}]},
+        "processing_params": {
+            "inputs": [{"name": "q", "key": "q"}],
+            "outputs": [
+                {"name": first_name, "type": "batch_api", "prompt": "{{ q }}"},
+                {"name": "critique", "type": "llm", "prompt": second_prompt},
+            ],
+            "output_schema": {"a": f"{{{{ {first_name} }}}}"},
+        },
+    }
+
+
+def test_a_later_prompt_cannot_read_a_batch_output() -> None:
+    from mmirage.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"outputs\[1\]\.prompt.*'answer', a batch_api output"):
+        load_mmirage_config_dict(_two_outputs("Critique {{ answer }}"))
+    load_mmirage_config_dict(_two_outputs("Critique {{ q }}"))  # inputs are fine
+
+
+def test_batch_output_names_must_fit_a_custom_id() -> None:
+    from mmirage.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"outputs\[0\]\.name.*cannot start a batch custom_id"):
+        load_mmirage_config_dict(_two_outputs("{{ q }}", first_name="x" * 41))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from mmirage.config.loading import LoadingParams
 from mmirage.config.models import MMirageConfig, ProcessorSelectionError, select_processor
 from mmirage.config.processing import (
     OUTPUT_TYPES,
+    BatchApiOutput,
     ImageGenOutput,
     InputVar,
     OutputVar,
@@ -307,6 +309,7 @@ def _check_processor_selection(
 def _check_templates(params: ProcessingParams, source: str) -> None:
     """Every Jinja name must be an input or an earlier output (the original rendered "")."""
     known = [v.name for v in params.inputs]
+    batch: list[str] = []  # batch_api outputs: their values exist only after merge
     for index, output in enumerate(params.outputs):
         builtins = (
             ImageGenOutput.BUILTIN_VARIABLES if isinstance(output, ImageGenOutput) else frozenset()
@@ -314,16 +317,41 @@ def _check_templates(params: ProcessingParams, source: str) -> None:
         for field in _TEMPLATE_FIELDS:
             text = getattr(output, field, None)
             if isinstance(text, str):
-                _check_template(
-                    text,
-                    set(known) | builtins,
-                    f"processing_params.outputs[{index}].{field}",
-                    source,
-                )
+                where = f"processing_params.outputs[{index}].{field}"
+                _check_template(text, set(known) | builtins, where, source)
+                _check_no_batch_input(text, batch, where, source)
         known.append(output.name)
+        if isinstance(output, BatchApiOutput):
+            _check_batch_output_name(output.name, index, source)
+            batch.append(output.name)
     for sub, text in strings_in(params.output_schema):
         _check_template(
             text, set(known), format_path(("processing_params", "output_schema", *sub)), source
+        )
+
+
+def _check_no_batch_input(text: str, batch: list[str], where: str, source: str) -> None:
+    used = sorted(undeclared_names(text) & set(batch))
+    if used:
+        raise ConfigError(
+            source,
+            where,
+            f"uses '{used[0]}', a batch_api output whose value only exists after "
+            "'mmirage merge'; compute this output in a second pipeline over the merged file",
+        )
+
+
+_BATCH_OUTPUT_NAME = re.compile(r"^[A-Za-z0-9_]{1,40}$")
+
+
+def _check_batch_output_name(name: str, index: int, source: str) -> None:
+    # The name starts every custom_id, which Anthropic limits to ^[A-Za-z0-9_-]{1,64}$.
+    if not _BATCH_OUTPUT_NAME.match(name):
+        raise ConfigError(
+            source,
+            f"processing_params.outputs[{index}].name",
+            f"'{name}' cannot start a batch custom_id; use at most 40 letters, digits or "
+            "underscores",
         )
 
 
