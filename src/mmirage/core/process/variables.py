@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
@@ -50,9 +51,29 @@ class InputSpec(Protocol):
     def type(self) -> str: ...
 
 
+_FIELD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+class _FieldPath:
+    """``a.b.c``: what JMESPath answers for a plain field path, a few times faster (most keys
+    are plain column names, and this runs for every input of every row)."""
+
+    def __init__(self, key: str) -> None:
+        self.parts = tuple(key.split("."))
+
+    def search(self, value: Any) -> Any:
+        for part in self.parts:
+            if not isinstance(value, Mapping):
+                return None
+            value = value.get(part)
+        return value
+
+
 @lru_cache(maxsize=1024)
-def compile_key(key: str) -> ParsedResult:
+def compile_key(key: str) -> ParsedResult | _FieldPath:
     """One compiled expression per distinct key, shared by every row and every extractor."""
+    if _FIELD_PATH.match(key):
+        return _FieldPath(key)
     return jmespath.compile(key)
 
 

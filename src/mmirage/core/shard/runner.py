@@ -487,10 +487,12 @@ class _BatchWorker:
         if not requests:
             return
         proc = self.procs[processor_key(self.config.processor_for(output))]
+        journal = getattr(proc, "journal_results", True)  # the batch spool is its own journal
         got = 0
         async for index, result in _results(proc, output, requests):
             w = sent[index]
-            self.journal.add(w.key, output.name, result)
+            if journal:
+                self.journal.add(w.key, output.name, result)
             self._take(w, output.name, result)
             got += 1
         if got != len(requests):

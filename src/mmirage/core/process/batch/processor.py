@@ -47,6 +47,8 @@ def export_file(path: str, run_id: str) -> Path:
 
 
 class BatchApiProcessor:
+    journal_results = False  # the spool remembers every request (see base.py)
+
     def __init__(self, config: Any, context: RunContext) -> None:
         self.config = config
         self.provider_config = config.provider_config

@@ -1,0 +1,62 @@
+"""``mmirage run --export-prompts``: the pipeline runs for real, but nothing is submitted.
+
+A dry run must leave no trace that a real run would trust: its shard outputs, status and
+spools go to a temporary folder (the original marked the shards ``success``, so a real run
+afterwards skipped them and submitted nothing). What it keeps is the export file and the
+dry-run receipts, which stay where the real receipts go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from mmirage.config.errors import ConfigError
+from mmirage.config.models import MMirageConfig
+from mmirage.config.processors import BatchApiProcessorConfig
+from mmirage.core.process.batch.receipts import batch_processors
+
+
+def check_dry_run_allowed(config: MMirageConfig) -> None:
+    """Raise ``ConfigError`` when ``--export-prompts`` cannot apply to this config."""
+    source = config.config_path or "<config>"
+    if config.execution_params.mode != "local":
+        raise ConfigError(
+            source,
+            "execution_params.mode",
+            "--export-prompts runs only with mode: local (it writes one local file); "
+            "set mode: local for the dry run",
+        )
+    if not batch_processors(config):
+        raise ConfigError(
+            source,
+            "processors",
+            "--export-prompts exports batch_api requests, and this config declares no "
+            "batch_api processor",
+        )
+
+
+def dry_run_config(config: MMirageConfig, workdir: Path) -> MMirageConfig:
+    """``config`` with outputs and state under ``workdir``; receipts where real ones go."""
+    from mmirage.core.shard.state import status_path
+
+    real_state = status_path(config, 0).parent.parent
+    processors = [
+        _with_receipts_at(p, real_state) if isinstance(p, BatchApiProcessorConfig) else p
+        for p in config.processors
+    ]
+    lp = config.loading_params
+    datasets = [
+        dataclasses.replace(d, output_dir=str(workdir / f"dataset-{i}"))
+        for i, d in enumerate(lp.datasets)
+    ]
+    loading = dataclasses.replace(lp, datasets=datasets, state_dir=str(workdir / "state"))
+    return dataclasses.replace(config, processors=processors, loading_params=loading)
+
+
+def _with_receipts_at(processor: BatchApiProcessorConfig, state: Path) -> BatchApiProcessorConfig:
+    pc = processor.provider_config
+    if pc.metadata_output_path:
+        return processor
+    moved = dataclasses.replace(pc, metadata_output_path=str(state / "batch_metadata.jsonl"))
+    return dataclasses.replace(processor, provider_config=moved)
