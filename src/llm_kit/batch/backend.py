@@ -51,19 +51,35 @@ class Chunk:
 
 @dataclass(slots=True)
 class Outcome:
-    """One decoded result line: a completion, or an error with its kind and retryability."""
+    """One decoded result line: a completion, or an error with its kind and retryability.
 
-    index: int
+    ``custom_id`` is the id as the provider returned it: llm_kit's own jobs use manifest
+    positions (``index``), other callers of the decoders (mmirage's batch adapters) their own
+    strings, so the decoders never interpret it.
+    """
+
+    custom_id: str
     completion: Completion | None = None
     error: str | None = None
     kind: str | None = None
     retryable: bool = False
 
+    @property
+    def index(self) -> int:
+        """The manifest position of an llm_kit job's request; ValueError for a foreign id."""
+        return int(self.custom_id)
+
 
 class BatchBackend(ABC):
+    """One provider's batch API. Every method that talks to the provider also returns the
+    provider's answer as it came, for callers that keep it (mmirage's receipts)."""
+
     name: str
     endpoint: str
     limits: BatchLimits
+    # Seconds allowed for the big transfers (upload, creation with inline requests, result
+    # download); the transport's own timeout covers the small calls.
+    transfer_timeout: float = 3600.0
 
     def __init__(self, codec: Codec, http: HttpTransport, model: str) -> None:
         self.codec = codec
@@ -71,20 +87,38 @@ class BatchBackend(ABC):
         self.model = model
 
     @abstractmethod
+    def frame(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One request body (from the codec) wrapped as the provider's batch request line."""
+
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
         """One request as a spool line (ending in a newline)."""
+        return orjson.dumps(self.frame(custom_id, body), option=orjson.OPT_APPEND_NEWLINE)
 
-    @abstractmethod
     async def create(self, chunk: Chunk) -> ProviderBatch:
         """Upload the chunk (when the provider takes files) and create the batch."""
+        batch, _ = await self.submit(chunk)
+        return batch
 
     @abstractmethod
-    async def refresh(self, batch: ProviderBatch) -> None:
+    async def submit(self, chunk: Chunk) -> tuple[ProviderBatch, dict[str, Any]]:
+        """``create``, plus the provider's answer to the creation."""
+
+    @abstractmethod
+    async def refresh(self, batch: ProviderBatch) -> dict[str, Any]:
         """Poll the provider; update the batch's state, counts and result locations."""
 
     @abstractmethod
-    async def cancel(self, batch: ProviderBatch) -> None:
+    async def cancel(self, batch: ProviderBatch) -> dict[str, Any]:
         """Ask the provider to stop the batch (finished requests stay billed and fetchable)."""
+
+    @abstractmethod
+    def state_of(self, data: Mapping[str, Any]) -> JobState | None:
+        """The state a provider answer reports; None for a status word this backend does not
+        know (``apply`` then keeps polling it as pending)."""
+
+    @abstractmethod
+    def apply(self, batch: ProviderBatch, data: Mapping[str, Any]) -> None:
+        """Read a provider answer into ``batch``: state, its own status word, counts, files."""
 
     @abstractmethod
     def results(self, batch: ProviderBatch, workdir: Path) -> AsyncIterator[Outcome]:
@@ -99,8 +133,8 @@ class BatchBackend(ABC):
         status, headers, body = await self.http.request(method, path, **kwargs)
         if status == 404:
             raise ConfigError(
-                f"{self.name} does not know {what} (HTTP 404): check that the job file belongs "
-                "to this account and base URL"
+                f"{self.name} does not know {what} (HTTP 404): check that it belongs to this "
+                "account (API key) and base URL"
             )
         if status >= 400:
             error = self.codec.error(status, headers, body)
@@ -116,7 +150,7 @@ class BatchBackend(ABC):
     async def download_lines(self, path: str, target: Path, *, what: str) -> Iterator[bytes]:
         """Stream a result file to disk, then iterate its lines (bounded memory)."""
         with open(target, "wb") as f:
-            status, body = await self.http.download(path, f)
+            status, body = await self.http.download(path, f, timeout=self.transfer_timeout)
         if status == 404:
             raise ConfigError(f"{self.name} does not know {what} (HTTP 404)")
         if status >= 400:

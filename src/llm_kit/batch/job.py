@@ -91,6 +91,7 @@ class ProviderBatch:
     error_file_id: str | None = None
     results_url: str | None = None
     state: JobState = JobState.PENDING
+    provider_status: str | None = None  # the provider's own word for the state, as last seen
     counts: BatchCounts = field(default_factory=BatchCounts)
     errors: list[str] = field(default_factory=list)  # whole-batch errors the provider gave
     bytes: int = 0

@@ -223,11 +223,14 @@ async def outcomes(
     with tempfile.TemporaryDirectory(prefix="llm_kit-results-") as tmp:
         for number, batch in enumerate(job.batches):
             async for outcome in backend.results(batch, Path(tmp)):
-                index = outcome.index
+                try:
+                    index = outcome.index
+                except ValueError:
+                    continue  # not one of ours: our custom_ids are manifest positions
                 if not 0 <= index < size or owner[index] != number or seen[index]:
                     continue  # superseded, foreign or repeated
                 seen[index] = 1
-                yield index, _result(job, outcome, models)
+                yield index, _result(job, index, outcome, models)
     for index, reason in job.rejected.items():
         yield index, _failure(job, index, reason, "invalid_item", retryable=False)
     for number, batch in enumerate(job.batches):
@@ -253,8 +256,9 @@ def _missing_reason(batch: ProviderBatch) -> tuple[str, str]:
     return "missing", f"batch {batch.id} ended without a result for this request"
 
 
-def _result(job: BatchJob, outcome: Outcome, models: Mapping[str, type[BaseModel]]) -> BatchResult:
-    index = outcome.index
+def _result(
+    job: BatchJob, index: int, outcome: Outcome, models: Mapping[str, type[BaseModel]]
+) -> BatchResult:
     item_id = job.item_ids[index]
     if outcome.completion is None:
         return _failure(

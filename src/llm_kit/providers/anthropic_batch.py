@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,60 +22,54 @@ class AnthropicBatchBackend(BatchBackend):
     # custom_ids are manifest positions ("0", "1", ...): always legal for ^[a-zA-Z0-9_-]{1,64}$.
     limits = BatchLimits(max_requests=100_000, max_bytes=256 * 1024 * 1024)
 
-    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
-        return orjson.dumps(
-            {"custom_id": custom_id, "params": body}, option=orjson.OPT_APPEND_NEWLINE
-        )
+    def frame(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"custom_id": custom_id, "params": body}
 
-    async def create(self, chunk: Chunk) -> ProviderBatch:
+    async def submit(self, chunk: Chunk) -> tuple[ProviderBatch, dict[str, Any]]:
         _, created = await self.call(
             "POST",
             "/v1/messages/batches",
             data=_request_body(chunk.path),
-            timeout=3600,
+            timeout=self.transfer_timeout,
             what="creating a message batch",
         )
         batch = chunk.batch(created["id"])
-        self._update(batch, created)
-        return batch
+        self.apply(batch, created)
+        return batch, created
 
-    async def refresh(self, batch: ProviderBatch) -> None:
+    async def refresh(self, batch: ProviderBatch) -> dict[str, Any]:
         _, data = await self.call(
             "GET", f"/v1/messages/batches/{batch.id}", what=f"message batch {batch.id}"
         )
-        self._update(batch, data)
+        self.apply(batch, data)
+        return data
 
-    async def cancel(self, batch: ProviderBatch) -> None:
+    async def cancel(self, batch: ProviderBatch) -> dict[str, Any]:
         _, data = await self.call(
             "POST", f"/v1/messages/batches/{batch.id}/cancel", what=f"cancelling {batch.id}"
         )
-        self._update(batch, data)
+        self.apply(batch, data)
+        return data
 
-    def _update(self, batch: ProviderBatch, data: dict[str, Any]) -> None:
-        counts = data.get("request_counts") or {}
-        batch.counts = BatchCounts(
-            total=batch.count,
-            succeeded=counts.get("succeeded", 0),
-            errored=counts.get("errored", 0),
-            expired=counts.get("expired", 0),
-            canceled=counts.get("canceled", 0),
-            processing=counts.get("processing", 0),
-        )
-        batch.results_url = data.get("results_url")
-        status = data.get("processing_status", "")
+    def state_of(self, data: Mapping[str, Any]) -> JobState | None:
+        status = str(data.get("processing_status", ""))
         if status != "ended":
-            batch.state = _STATES.get(status, JobState.PENDING)
-            return
+            return _STATES.get(status)
         # "ended" says nothing of how: read it from the counts.
-        c = batch.counts
+        c = _counts(data, 0)
         if c.canceled:
-            batch.state = JobState.CANCELED
-        elif c.expired:
-            batch.state = JobState.EXPIRED
-        elif c.errored and not c.succeeded:
-            batch.state = JobState.FAILED
-        else:
-            batch.state = JobState.COMPLETED
+            return JobState.CANCELED
+        if c.expired:
+            return JobState.EXPIRED
+        if c.errored and not c.succeeded:
+            return JobState.FAILED
+        return JobState.COMPLETED
+
+    def apply(self, batch: ProviderBatch, data: Mapping[str, Any]) -> None:
+        batch.counts = _counts(data, batch.count)
+        batch.results_url = data.get("results_url")
+        batch.provider_status = data.get("processing_status")
+        batch.state = self.state_of(data) or JobState.PENDING
 
     async def results(self, batch: ProviderBatch, workdir: Path) -> AsyncIterator[Outcome]:
         url = batch.results_url or f"/v1/messages/batches/{batch.id}/results"
@@ -87,24 +81,35 @@ class AnthropicBatchBackend(BatchBackend):
 
     def _decode(self, line: bytes) -> Outcome:
         record = orjson.loads(line)
-        index = int(record["custom_id"])
+        custom_id = str(record["custom_id"])
         result = record.get("result") or {}
         kind = result.get("type")
         if kind == "succeeded":
-            return Outcome(index, completion=self.codec.decode(result["message"]))
+            return Outcome(custom_id, completion=self.codec.decode(result["message"]))
         if kind == "errored":
             error = (result.get("error") or {}).get("error") or {}
             error_type = str(error.get("type") or "api_error")
             return Outcome(
-                index,
+                custom_id,
                 error=f"anthropic: {error_type}: {error.get('message') or 'no message'}",
                 kind=error_type,
                 retryable=error_type not in _NOT_RETRYABLE,
             )
         label = "canceled" if kind == "canceled" else "expired"
         return Outcome(
-            index, error=f"the request was {label} before it ran", kind=label, retryable=True
+            custom_id, error=f"the request was {label} before it ran", kind=label, retryable=True
         )
+
+
+def _counts(data: Mapping[str, Any], count: int) -> BatchCounts:
+    """The batch's request counts; their sum is the batch's size (the provider keeps it so),
+    which also tells the size of a batch known only by its id."""
+    counts = data.get("request_counts") or {}
+    values = {
+        key: int(counts.get(key) or 0)
+        for key in ("succeeded", "errored", "expired", "canceled", "processing")
+    }
+    return BatchCounts(total=sum(values.values()) or count, **values)
 
 
 async def _request_body(path: Path) -> AsyncIterator[bytes]:

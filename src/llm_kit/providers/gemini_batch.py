@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,8 @@ from llm_kit.errors import ProviderError
 INLINE_MAX_BYTES = 19 * 1000 * 1000
 _STATES = {
     "PENDING": JobState.PENDING,
+    "QUEUED": JobState.PENDING,  # Vertex only
+    "CANCELLING": JobState.CANCELING,  # Vertex only
     "RUNNING": JobState.IN_PROGRESS,
     "SUCCEEDED": JobState.COMPLETED,
     "FAILED": JobState.FAILED,
@@ -32,10 +34,10 @@ class GeminiBatchBackend(BatchBackend):
     limits = BatchLimits(max_requests=None, max_bytes=2 * 1024 * 1024 * 1024)
     inline_max_bytes = INLINE_MAX_BYTES
 
-    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
-        return orjson.dumps({"key": custom_id, "request": body}, option=orjson.OPT_APPEND_NEWLINE)
+    def frame(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"key": custom_id, "request": body}
 
-    async def create(self, chunk: Chunk) -> ProviderBatch:
+    async def submit(self, chunk: Chunk) -> tuple[ProviderBatch, dict[str, Any]]:
         model = self.model.removeprefix("models/")
         if chunk.bytes <= self.inline_max_bytes:
             requests = []
@@ -53,12 +55,12 @@ class GeminiBatchBackend(BatchBackend):
             "POST",
             f"/v1beta/models/{model}:batchGenerateContent",
             data=orjson.dumps(body),
-            timeout=3600,
+            timeout=self.transfer_timeout,
             what="creating a Gemini batch",
         )
         batch = chunk.batch(created["name"])
-        self._update(batch, created)
-        return batch
+        self.apply(batch, created)
+        return batch, created
 
     async def _upload(self, path: Path) -> str:
         """The resumable upload protocol: start, then upload and finalize in one request."""
@@ -84,29 +86,36 @@ class GeminiBatchBackend(BatchBackend):
                 upload_url,
                 data=f,
                 headers={"X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "0"},
-                timeout=3600,
+                timeout=self.transfer_timeout,
                 what=f"the upload of {path.name}",
             )
         return str(uploaded["file"]["name"])
 
-    async def refresh(self, batch: ProviderBatch) -> None:
+    async def refresh(self, batch: ProviderBatch) -> dict[str, Any]:
         _, data = await self.call("GET", f"/v1beta/{batch.id}", what=f"Gemini {batch.id}")
-        self._update(batch, data)
+        self.apply(batch, data)
+        return data
 
-    async def cancel(self, batch: ProviderBatch) -> None:
+    async def cancel(self, batch: ProviderBatch) -> dict[str, Any]:
         await self.call("POST", f"/v1beta/{batch.id}:cancel", what=f"cancelling {batch.id}")
-        await self.refresh(batch)
+        return await self.refresh(batch)
 
-    def _update(self, batch: ProviderBatch, data: dict[str, Any]) -> None:
+    def state_of(self, data: Mapping[str, Any]) -> JobState | None:
+        # JOB_STATE_* (the SDK's names) and BATCH_STATE_* (REST) share their suffixes.
+        return _STATES.get(_state_word(data).rsplit("_", 1)[-1])
+
+    def apply(self, batch: ProviderBatch, data: Mapping[str, Any]) -> None:
         meta = data.get("metadata") or data
-        state = str(meta.get("state", "")).rsplit("_", 1)[-1]
-        batch.state = _STATES.get(state, JobState.PENDING)
+        batch.state = self.state_of(data) or JobState.PENDING
+        batch.provider_status = _state_word(data) or None
         stats = meta.get("batchStats") or {}
         done = int(stats.get("successfulRequestCount") or 0)
         failed = int(stats.get("failedRequestCount") or 0)
         pending = int(stats.get("pendingRequestCount") or 0)
-        batch.counts = BatchCounts(total=batch.count, succeeded=done, errored=failed)
-        rest = max(0, batch.count - done - failed)
+        # requestCount tells the size of a batch known only by its id.
+        total = int(stats.get("requestCount") or 0) or batch.count
+        batch.counts = BatchCounts(total=total, succeeded=done, errored=failed)
+        rest = max(0, total - done - failed)
         if batch.state is JobState.EXPIRED:
             batch.counts.expired = rest
         elif batch.state is JobState.CANCELED:
@@ -146,17 +155,24 @@ class GeminiBatchBackend(BatchBackend):
         return self._decode((record.get("metadata") or {}).get("key"), record)
 
     def _decode(self, key: Any, record: dict[str, Any]) -> Outcome:
-        index = int(key)
+        if key is None:
+            raise KeyError("key")  # a line without its key cannot be matched to a request
+        custom_id = str(key)
         if record.get("response") is not None:
             try:
-                return Outcome(index, completion=self.codec.decode(record["response"]))
+                return Outcome(custom_id, completion=self.codec.decode(record["response"]))
             except ProviderError as exc:  # a blocked prompt: no candidates
-                return Outcome(index, error=str(exc), kind=exc.kind, retryable=exc.retryable)
+                return Outcome(custom_id, error=str(exc), kind=exc.kind, retryable=exc.retryable)
         error = record.get("error") or {}
         code = int(error.get("code") or 13)
         return Outcome(
-            index,
+            custom_id,
             error=f"gemini: code {code}: {error.get('message') or 'no message'}",
             kind=f"grpc_{code}",
             retryable=code != _INVALID_ARGUMENT,
         )
+
+
+def _state_word(data: Mapping[str, Any]) -> str:
+    meta = data.get("metadata") or data
+    return str(meta.get("state") or "")

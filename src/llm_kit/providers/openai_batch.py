@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from llm_kit.batch.backend import (
     decode_lines,
 )
 from llm_kit.batch.job import JobState, ProviderBatch
+from llm_kit.providers.base import Codec
+from llm_kit.transport import HttpTransport
 
 _STATES = {
     "validating": JobState.PENDING,
@@ -38,19 +40,36 @@ class OpenAIBatchBackend(BatchBackend):
     endpoint = "/v1/chat/completions"
     limits = BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024)
 
-    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
-        return orjson.dumps(
-            {"custom_id": custom_id, "method": "POST", "url": self.endpoint, "body": body},
-            option=orjson.OPT_APPEND_NEWLINE,
-        )
+    def __init__(
+        self,
+        codec: Codec,
+        http: HttpTransport,
+        model: str,
+        *,
+        endpoint: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        """``endpoint`` is the target of every line (and of the batch); ``metadata`` is sent
+        on creation (at most 16 pairs)."""
+        super().__init__(codec, http, model)
+        if endpoint is not None:
+            self.endpoint = endpoint
+        self.metadata = dict(metadata) if metadata is not None else {"created_by": "llm_kit"}
 
-    async def create(self, chunk: Chunk) -> ProviderBatch:
+    def frame(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"custom_id": custom_id, "method": "POST", "url": self.endpoint, "body": body}
+
+    async def submit(self, chunk: Chunk) -> tuple[ProviderBatch, dict[str, Any]]:
         with open(chunk.path, "rb") as f:
             form = aiohttp.FormData()
             form.add_field("purpose", "batch")
             form.add_field("file", f, filename=chunk.path.name, content_type="application/jsonl")
             _, uploaded = await self.call(
-                "POST", "/files", data=form, timeout=3600, what=f"the upload of {chunk.path.name}"
+                "POST",
+                "/files",
+                data=form,
+                timeout=self.transfer_timeout,
+                what=f"the upload of {chunk.path.name}",
             )
         _, created = await self.call(
             "POST",
@@ -60,27 +79,34 @@ class OpenAIBatchBackend(BatchBackend):
                     "input_file_id": uploaded["id"],
                     "endpoint": self.endpoint,
                     "completion_window": "24h",
-                    "metadata": {"created_by": "llm_kit"},
+                    "metadata": self.metadata,
                 }
             ),
             what="creating a batch",
         )
         batch = chunk.batch(created["id"], input_file_id=uploaded["id"])
-        self._update(batch, created)
-        return batch
+        self.apply(batch, created)
+        return batch, created
 
-    async def refresh(self, batch: ProviderBatch) -> None:
+    async def refresh(self, batch: ProviderBatch) -> dict[str, Any]:
         _, data = await self.call("GET", f"/batches/{batch.id}", what=f"batch {batch.id}")
-        self._update(batch, data)
+        self.apply(batch, data)
+        return data
 
-    async def cancel(self, batch: ProviderBatch) -> None:
+    async def cancel(self, batch: ProviderBatch) -> dict[str, Any]:
         _, data = await self.call(
             "POST", f"/batches/{batch.id}/cancel", what=f"cancelling batch {batch.id}"
         )
-        self._update(batch, data)
+        self.apply(batch, data)
+        return data
 
-    def _update(self, batch: ProviderBatch, data: dict[str, Any]) -> None:
-        batch.state = _STATES.get(data.get("status", ""), JobState.PENDING)
+    def state_of(self, data: Mapping[str, Any]) -> JobState | None:
+        return _STATES.get(str(data.get("status", "")))
+
+    def apply(self, batch: ProviderBatch, data: Mapping[str, Any]) -> None:
+        batch.state = self.state_of(data) or JobState.PENDING
+        batch.provider_status = data.get("status")
+        batch.input_file_id = data.get("input_file_id") or batch.input_file_id
         batch.output_file_id = data.get("output_file_id")
         batch.error_file_id = data.get("error_file_id")
         errors = (data.get("errors") or {}).get("data") or []
@@ -91,7 +117,7 @@ class OpenAIBatchBackend(BatchBackend):
             batch.state, total, counts.get("completed", 0), counts.get("failed", 0)
         )
         if batch.state is JobState.FAILED:
-            batch.counts.errored, batch.counts.succeeded = batch.count, 0
+            batch.counts.errored, batch.counts.succeeded = total, 0
 
     async def results(self, batch: ProviderBatch, workdir: Path) -> AsyncIterator[Outcome]:
         for file_id in (batch.output_file_id, batch.error_file_id):
@@ -105,17 +131,17 @@ class OpenAIBatchBackend(BatchBackend):
 
     def _decode(self, line: bytes) -> Outcome:
         record = orjson.loads(line)
-        index = int(record["custom_id"])
+        custom_id = str(record["custom_id"])
         response = record.get("response")
         if response and response.get("status_code") == 200:
-            return Outcome(index, completion=self.codec.decode(response["body"]))
+            return Outcome(custom_id, completion=self.codec.decode(response["body"]))
         if response:
             status = int(response.get("status_code") or 500)
             failure = self.codec.error(status, {}, orjson.dumps(response.get("body") or {}))
             return Outcome(
-                index, error=str(failure), kind=failure.kind, retryable=failure.retryable
+                custom_id, error=str(failure), kind=failure.kind, retryable=failure.retryable
             )
         error = record.get("error") or {}
         code = str(error.get("code") or "unknown")
         message = f"{code}: {error.get('message') or 'no message'}"
-        return Outcome(index, error=message, kind=_NOT_RUN.get(code, code), retryable=True)
+        return Outcome(custom_id, error=message, kind=_NOT_RUN.get(code, code), retryable=True)

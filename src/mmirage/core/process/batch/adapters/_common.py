@@ -1,0 +1,340 @@
+"""What the built-in adapters share: mmirage's synchronous contract on top of llm_kit's async
+batch backends.
+
+Nothing here knows a wire format. A request body comes from the provider's llm_kit codec (the
+same bytes as llm_kit's live and batch paths send), its line from the backend's ``frame``; every
+HTTP call, status word and result line goes through the backend. This module converts the
+neutral payload and the provider config into llm_kit objects, runs a backend call on a fresh
+event loop (the processor calls adapters from a worker thread), and turns llm_kit ``Outcome``s
+into result rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
+
+import orjson
+
+from llm_kit.batch.backend import BatchBackend, Chunk, Outcome
+from llm_kit.batch.job import JobState, ProviderBatch
+from llm_kit.errors import ConfigError, ItemError
+from llm_kit.providers import get_codec
+from llm_kit.providers.base import Codec
+from llm_kit.schema import ResponseSchema, schema_from_dict
+from llm_kit.transport import HttpTransport
+from llm_kit.types import BatchConfig, Message
+from mmirage.config.batch_provider import BatchProviderConfig
+from mmirage.core.process.batch.adapter import (
+    COMPLETED,
+    FAILED,
+    IN_PROGRESS,
+    UNKNOWN,
+    BatchSubmissionAdapter,
+    BatchSubmissionResult,
+    MissingCredentialsError,
+    credential_env_var,
+)
+from mmirage.core.process.batch.adapters import BatchNotReadyError
+
+# The schema name the original sent; OpenAI requires one, the others ignore it.
+SCHEMA_NAME = "structured_output"
+_CONNECTIONS = 4  # one batch call at a time per adapter call; a few for redirects and retries
+T = TypeVar("T")
+
+
+class ProviderSettings(Protocol):
+    """The fields every built-in provider config has."""
+
+    provider: str
+    model: str
+    base_url: str | None
+
+
+C = TypeVar("C", bound=ProviderSettings)
+
+
+class LlmKitBatchAdapter(BatchSubmissionAdapter, Generic[C]):
+    """A ``BatchSubmissionAdapter`` whose every wire detail is an llm_kit batch backend.
+
+    Subclasses name their config and backend classes and say how the config becomes sampling
+    parameters and backend options; the lifecycle below is the same for every provider.
+    """
+
+    required_credentials = ("api_key",)
+    provider: ClassVar[str]
+    config_cls: ClassVar[type[BatchProviderConfig]]
+    backend_cls: ClassVar[type[BatchBackend]]
+
+    def __init__(self, credentials: dict[str, str] | None = None) -> None:
+        super().__init__(credentials)
+        self.codec: Codec = get_codec(self.provider)
+
+    # -- what a provider adapter says ---------------------------------------------------------
+
+    def sampling(self, config: C) -> dict[str, Any]:
+        """The config's sampling fields under llm_kit's names (the codec maps them)."""
+        return {}
+
+    def backend_options(self, config: C, chunk_id: str | None) -> dict[str, Any]:
+        """Extra keyword arguments of the backend class (``chunk_id`` is set on submission)."""
+        return {}
+
+    def timeout(self, config: C) -> float | None:
+        """Seconds allowed for any one call, when the config sets a limit."""
+        return None
+
+    def check_custom_id(self, custom_id: str) -> None:
+        """Refuse an id the provider would reject (whole batch) before anything is sent."""
+
+    def normalize(self, state: JobState | None, batch: ProviderBatch) -> str:
+        """llm_kit's state → the four statuses ``mmirage check`` reads.
+
+        Every end other than success is ``failed``; a word llm_kit does not know is
+        ``unknown`` rather than a guess.
+        """
+        if state is None:
+            return UNKNOWN
+        if state is JobState.COMPLETED:
+            return COMPLETED
+        return FAILED if state.is_terminal else IN_PROGRESS
+
+    def raw_answer(self, data: Mapping[str, Any], batch: ProviderBatch) -> dict[str, Any]:
+        """The provider's answer as kept in ``raw_response``, with ``id`` and ``status`` (the
+        provider's word) under those names whatever the provider calls them."""
+        raw = dict(data)
+        raw.setdefault("id", batch.id)
+        raw.setdefault("status", batch.provider_status)
+        return raw
+
+    # -- the contract ---------------------------------------------------------------------------
+
+    def build_request(
+        self, custom_id: str, payload: dict[str, Any], config: BatchProviderConfig
+    ) -> dict[str, Any]:
+        settings = self._settings(config)
+        self.check_custom_id(custom_id)
+        body = encode_payload(
+            self.codec, settings.model, custom_id, payload, self.sampling(settings)
+        )
+        return self._backend(settings, None).frame(custom_id, body)
+
+    def submit_chunk(
+        self, chunk_id: str, requests: Sequence[dict[str, Any]], config: BatchProviderConfig
+    ) -> dict[str, Any]:
+        settings = self._settings(config)
+        if not requests:
+            raise ValueError(f"chunk {chunk_id} holds no requests: there is nothing to submit")
+        # The backends upload (or stream) from a file, so that a 200 MB chunk is never held
+        # twice in memory; the directory is private to this user and removed afterwards.
+        with tempfile.TemporaryDirectory(prefix="mmirage-batch-") as tmp:
+            chunk = write_chunk(Path(tmp), chunk_id, requests)
+            batch, data = self._run(settings, chunk_id, lambda backend: backend.submit(chunk))
+        raw = self.raw_answer(data, batch)
+        raw["chunk_id"] = chunk_id
+        return raw
+
+    def parse_submission_result(self, raw_result: dict[str, Any]) -> BatchSubmissionResult:
+        backend = self._backend(None, None)
+        batch = ProviderBatch(id=str(raw_result["id"]), first=0, count=0)
+        backend.apply(batch, raw_result)
+        return self._result(batch, raw_result, backend.state_of(raw_result))
+
+    def check_batch_status(
+        self, provider_batch_id: str, config: BatchProviderConfig
+    ) -> BatchSubmissionResult:
+        settings = self._settings(config)
+        batch = ProviderBatch(id=provider_batch_id, first=0, count=0)
+
+        async def poll(backend: BatchBackend) -> tuple[dict[str, Any], JobState | None]:
+            data = await backend.refresh(batch)
+            return data, backend.state_of(data)
+
+        data, state = self._run(settings, None, poll)
+        return self._result(batch, self.raw_answer(data, batch), state)
+
+    def retrieve_results(
+        self, provider_batch_id: str, config: BatchProviderConfig
+    ) -> list[dict[str, Any]]:
+        """Every row the provider returned, also the finished part of an expired or canceled
+        batch. Requests the provider returned nothing for are absent (the receipts know them)."""
+        settings = self._settings(config)
+        batch = ProviderBatch(id=provider_batch_id, first=0, count=0)
+
+        async def fetch(backend: BatchBackend) -> list[dict[str, Any]]:
+            await backend.refresh(batch)  # the result locations, and whether it has ended
+            if not batch.state.is_terminal:
+                status = batch.provider_status or "unknown"
+                raise BatchNotReadyError(
+                    f"the {self.provider} batch {batch.id} has not ended yet (status: "
+                    f"{status}); retrieve its results once it has (mmirage check follows it)",
+                    batch_id=batch.id,
+                    status=batch.provider_status,
+                )
+            with tempfile.TemporaryDirectory(prefix="mmirage-results-") as tmp:
+                return [result_row(o) async for o in backend.results(batch, Path(tmp))]
+
+        return self._run(settings, None, fetch)
+
+    def cancel_batch(self, provider_batch_id: str, config: BatchProviderConfig) -> None:
+        settings = self._settings(config)
+        batch = ProviderBatch(id=provider_batch_id, first=0, count=0)
+        self._run(settings, None, lambda backend: backend.cancel(batch))
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _settings(self, config: BatchProviderConfig) -> C:
+        if not isinstance(config, self.config_cls):
+            raise TypeError(
+                f"the {self.provider} batch adapter needs a {self.config_cls.__name__}, "
+                f"got {type(config).__name__}"
+            )
+        return cast(C, config)
+
+    def _backend(
+        self, config: C | None, api_key: str | None, chunk_id: str | None = None
+    ) -> BatchBackend:
+        """A backend for ``config``. Without a key it only frames requests and reads answers
+        (without a config, only reads): its transport connects at the first call, never made.
+        """
+        timeout = self.timeout(config) if config is not None else None
+        limits = BatchConfig(request_timeout=timeout) if timeout else BatchConfig()
+        base_url = config.base_url if config is not None else None
+        transport = HttpTransport(
+            base_url or self.codec.default_base_url,
+            self.codec.auth_headers(api_key) if api_key else {},
+            max_connections=_CONNECTIONS,
+            request_timeout=limits.request_timeout,
+            connect_timeout=min(limits.connect_timeout, limits.request_timeout),
+        )
+        if config is None:
+            return self.backend_cls(self.codec, transport, "")
+        backend = self.backend_cls(
+            self.codec, transport, config.model, **self.backend_options(config, chunk_id)
+        )
+        if timeout:
+            backend.transfer_timeout = timeout
+        return backend
+
+    def _run(
+        self,
+        config: C,
+        chunk_id: str | None,
+        work: Callable[[BatchBackend], Awaitable[T]],
+    ) -> T:
+        """One backend call on a fresh event loop and HTTP session (adapters are synchronous
+        and may run in any thread)."""
+        api_key = self.credentials.get("api_key")
+        if not api_key:
+            # The config's name: an adapter registered under another name reads that key.
+            var = credential_env_var(config.provider, "api_key")
+            raise MissingCredentialsError(
+                f"talking to {config.provider} needs {var} in the environment "
+                f"(export {var}=...); this adapter was created without it"
+            )
+        backend = self._backend(config, api_key, chunk_id)
+
+        async def main() -> T:
+            try:
+                return await work(backend)
+            finally:
+                await backend.http.aclose()
+
+        return asyncio.run(main())
+
+    def _result(
+        self, batch: ProviderBatch, raw: dict[str, Any], state: JobState | None
+    ) -> BatchSubmissionResult:
+        return BatchSubmissionResult(
+            provider_batch_id=batch.id,
+            status=self.normalize(state, batch),
+            raw_response=raw,
+            provider_status=batch.provider_status,
+            request_counts=asdict(batch.counts),
+        )
+
+
+def encode_payload(
+    codec: Codec,
+    model: str,
+    custom_id: str,
+    payload: Mapping[str, Any],
+    sampling: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The neutral payload → the provider's request body, through llm_kit's codec.
+
+    Content the provider refuses (an image type it cannot read, an unreadable file) raises
+    ValueError naming the request, before anything is submitted.
+    """
+    if not payload.get("messages"):
+        raise ValueError(f"request {custom_id}: the payload has no 'messages'")
+    try:
+        messages = [Message.coerce(m) for m in payload["messages"]]
+        schema = response_schema(payload.get("response_schema"))
+        return codec.encode(model, messages, sampling, schema)
+    except (ConfigError, ItemError) as exc:
+        raise ValueError(f"request {custom_id}: {exc}") from None
+
+
+def response_schema(schema: Any) -> ResponseSchema | None:
+    """llm_kit's form of the output's JSON schema; it decides whether OpenAI's strict mode
+    fits (every property required, no free-form maps)."""
+    if not schema:
+        return None
+    if not isinstance(schema, Mapping):
+        raise ConfigError(f"response_schema must be a JSON schema object, got {schema!r}")
+    return schema_from_dict(SCHEMA_NAME, dict(schema))
+
+
+def sampling_of(**values: Any) -> dict[str, Any]:
+    """Only the fields that are set: an unset one leaves the provider's default."""
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def write_chunk(directory: Path, chunk_id: str, requests: Sequence[dict[str, Any]]) -> Chunk:
+    """The requests as a JSONL spool file, named like the original's uploads."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", chunk_id) or "chunk"
+    path = directory / f"batch_chunk-{name}.jsonl"
+    size = 0
+    with open(path, "wb") as f:
+        for request in requests:
+            line = orjson.dumps(request, option=orjson.OPT_APPEND_NEWLINE)
+            f.write(line)
+            size += len(line)
+    return Chunk(path=path, first=0, count=len(requests), bytes=size)
+
+
+def result_row(outcome: Outcome) -> dict[str, Any]:
+    """An llm_kit outcome → the adapter contract's result row.
+
+    Usage is reported only when the provider reported some: the codecs read a missing usage
+    block as zeros, and no real request costs zero input tokens.
+    """
+    row: dict[str, Any] = {"custom_id": outcome.custom_id}
+    completion = outcome.completion
+    if completion is None:
+        row.update(
+            status="error",
+            error_message=outcome.error or "the provider gave no reason",
+            error_kind=outcome.kind or "errored",
+            retryable=outcome.retryable,
+        )
+        return row
+    if completion.refusal is not None:
+        row.update(
+            status="error",
+            error_message=f"the model refused: {completion.refusal}",
+            error_kind="refusal",
+            retryable=False,
+        )
+    else:
+        row.update(status="succeeded", generated_text=completion.text or "")
+    usage = completion.usage
+    if usage.input_tokens or usage.output_tokens:
+        row.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+    return row
