@@ -74,6 +74,10 @@ class LlmKitBatchAdapter(BatchSubmissionAdapter, Generic[C]):
     def __init__(self, credentials: dict[str, str] | None = None) -> None:
         super().__init__(credentials)
         self.codec: Codec = get_codec(self.provider)
+        # build_request runs once per row: what depends only on the config (the framing
+        # backend, the sampling) or on the output (its schema) is built once, not per row.
+        self._framers: dict[int, tuple[BatchProviderConfig, BatchBackend, dict[str, Any]]] = {}
+        self._schemas: dict[int, tuple[Any, ResponseSchema | None]] = {}
 
     # -- what a provider adapter says ---------------------------------------------------------
 
@@ -117,12 +121,23 @@ class LlmKitBatchAdapter(BatchSubmissionAdapter, Generic[C]):
     def build_request(
         self, custom_id: str, payload: dict[str, Any], config: BatchProviderConfig
     ) -> dict[str, Any]:
-        settings = self._settings(config)
+        framer = self._framers.get(id(config))
+        if framer is None or framer[0] is not config:
+            settings = self._settings(config)
+            framer = (config, self._backend(settings, None), self.sampling(settings))
+            self._framers[id(config)] = framer
+        _, backend, sampling = framer
         self.check_custom_id(custom_id)
-        body = encode_payload(
-            self.codec, settings.model, custom_id, payload, self.sampling(settings)
-        )
-        return self._backend(settings, None).frame(custom_id, body)
+        schema = self._schema(payload.get("response_schema"))
+        body = encode_payload(self.codec, backend.model, custom_id, payload, sampling, schema)
+        return backend.frame(custom_id, body)
+
+    def _schema(self, raw: Any) -> ResponseSchema | None:
+        cached = self._schemas.get(id(raw))
+        if cached is None or cached[0] is not raw:
+            cached = (raw, response_schema(raw))
+            self._schemas[id(raw)] = cached
+        return cached[1]
 
     def submit_chunk(
         self, chunk_id: str, requests: Sequence[dict[str, Any]], config: BatchProviderConfig
@@ -265,8 +280,10 @@ def encode_payload(
     custom_id: str,
     payload: Mapping[str, Any],
     sampling: Mapping[str, Any],
+    schema: ResponseSchema | None = None,
 ) -> dict[str, Any]:
-    """The neutral payload → the provider's request body, through llm_kit's codec.
+    """The neutral payload → the provider's request body, through llm_kit's codec
+    (``schema``: the payload's ``response_schema`` already converted, when the caller has it).
 
     Content the provider refuses (an image type it cannot read, an unreadable file) raises
     ValueError naming the request, before anything is submitted.
@@ -275,7 +292,8 @@ def encode_payload(
         raise ValueError(f"request {custom_id}: the payload has no 'messages'")
     try:
         messages = [Message.coerce(m) for m in payload["messages"]]
-        schema = response_schema(payload.get("response_schema"))
+        if schema is None:
+            schema = response_schema(payload.get("response_schema"))
         return codec.encode(model, messages, sampling, schema)
     except (ConfigError, ItemError) as exc:
         raise ValueError(f"request {custom_id}: {exc}") from None
