@@ -1,0 +1,175 @@
+"""`mmirage run` (one `llm` output) vs llm_kit's `LLM.batch_to_jsonl`, same prompts, same emulator.
+
+Target: the pipeline reaches >= 80 % of batch_to_jsonl's rows/s. Both sides run as their own
+processes against one emulator process (echo responder, no latency) with the same
+worker_concurrency; runs alternate (batch, mmirage, batch, ...) so that drift on this shared
+machine hits both alike, and the medians are compared. Two figures per side: the wall time of
+the whole process (interpreter start and imports included) and the work alone (batch_to_jsonl's
+own elapsed time; the shard's runtime_seconds from `mmirage run --stats`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from _common import report, run_async
+
+MMIRAGE = Path(sys.executable).with_name("mmirage")
+PROMPT = "Summarise row {i} in one line."
+PUBLISHED: dict[str, str] = {}  # output_format asked -> what the run really published
+
+
+def write_data(path: Path, n: int) -> None:
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": i, "text": PROMPT.format(i=i)}) + "\n")
+
+
+async def batch_child(base_url: str, n: int, out: str, concurrency: int) -> None:
+    from llm_kit import LLM, BatchConfig, BatchItem, Message
+
+    llm = LLM(
+        model="m",
+        base_url=base_url,
+        api_key="sk-bench",
+        config=BatchConfig(worker_concurrency=concurrency),
+    )
+    items = (BatchItem(f"0::{i}", [Message.user(PROMPT.format(i=i))]) for i in range(n))
+    started = time.perf_counter()
+    written = await llm.batch_to_jsonl(items, out)
+    elapsed = time.perf_counter() - started
+    await llm.aclose()
+    assert written == n, written
+    print(f"{elapsed:.4f}")
+
+
+def run_batch(base_url: str, n: int, tmp: Path, concurrency: int) -> tuple[float, float]:
+    out = tmp / "batch.jsonl"
+    out.unlink(missing_ok=True)
+    args = ["--child", base_url, str(n), str(out), str(concurrency)]
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, check=True
+    )
+    wall = time.perf_counter() - started
+    return n / wall, n / float(done.stdout.split()[-1])
+
+
+def write_config(
+    tmp: Path, name: str, data: Path, base_url: str, concurrency: int, fmt: str
+) -> Path:
+    config = {
+        "processors": [
+            {"type": "llm", "base_url": base_url, "model": "m", "worker_concurrency": concurrency}
+        ],
+        "loading_params": {
+            "state_dir": str(tmp / name / "state"),
+            "datasets": [
+                {"path": str(data), "type": "JSONL", "output_dir": str(tmp / name / "out")}
+            ],
+            "output_format": fmt,
+        },
+        "processing_params": {
+            "inputs": [{"name": "text", "key": "text"}],
+            "outputs": [{"name": "answer", "type": "llm", "prompt": "{{ text }}"}],
+            "output_schema": {"answer": "{{ answer }}"},
+        },
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_mmirage(config: Path, n: int) -> tuple[float, float]:
+    command = [str(MMIRAGE)] if MMIRAGE.exists() else [sys.executable, "-m", "mmirage"]
+    started = time.perf_counter()
+    done = subprocess.run(
+        [*command, "run", str(config), "--stats", "--recompute"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OPENAI_API_KEY": "sk-bench"},
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"mmirage run failed: {done.stderr[-2000:]}")
+    shard = json.loads(done.stdout)["per_shard"][0]
+    assert shard["rows_done"] == n and shard["rows_failed"] == 0, shard
+    published = Path(shard["published"][0])
+    PUBLISHED[config.stem] = "hf" if published.is_dir() else published.suffix.lstrip(".")
+    return n / wall, n / shard["runtime_seconds"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", nargs=4, metavar=("BASE_URL", "N", "OUT", "CONCURRENCY"))
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.child:
+        base_url, n, out, concurrency = args.child
+        run_async(batch_child(base_url, int(n), out, int(concurrency)))
+        return
+
+    from llm_kit.emulator import EmulatorConfig, running_emulator
+
+    n, c = args.rows, args.concurrency
+    runs: dict[str, list[tuple[float, float]]] = {"batch": [], "jsonl": [], "hf": []}
+    with (
+        running_emulator(EmulatorConfig(), subprocess=True) as emu,
+        tempfile.TemporaryDirectory() as name,
+    ):
+        tmp = Path(name)
+        data = tmp / "rows.jsonl"
+        write_data(data, n)
+        url = emu.openai_base_url
+        configs = {fmt: write_config(tmp, fmt, data, url, c, fmt) for fmt in ("jsonl", "hf")}
+        run_batch(url, 2000, tmp, c)  # warm-up (emulator, page cache)
+        for _ in range(args.rounds):
+            runs["batch"].append(run_batch(url, n, tmp, c))
+            for fmt, config in configs.items():
+                runs[fmt].append(run_mmirage(config, n))
+
+    def med(side: str, k: int) -> float:
+        return statistics.median(r[k] for r in runs[side])
+
+    def line(side: str) -> str:
+        walls = ", ".join(f"{r[0]:,.0f}" for r in runs[side])
+        wall, work = med(side, 0), med(side, 1)
+        return f"{wall:>8,.0f} rows/s wall  {work:>8,.0f} rows/s work  (walls: {walls})"
+
+    def label(fmt: str) -> str:
+        got = PUBLISHED.get(fmt, fmt)
+        return f"mmirage run (output_format {fmt})" + ("" if got == fmt else f" [published {got}]")
+
+    rows = [
+        ("llm_kit batch_to_jsonl", line("batch")),
+        (label("jsonl"), line("jsonl")),
+        (label("hf"), line("hf")),
+    ]
+    for fmt in ("jsonl", "hf"):
+        rows.append(
+            (
+                f"ratio mmirage {fmt} / batch",
+                f"{med(fmt, 0) / med('batch', 0):.2f} wall, {med(fmt, 1) / med('batch', 1):.2f} "
+                "work  (target >= 0.80)",
+            )
+        )
+    report(
+        f"pipeline overhead: {n:,} rows, worker_concurrency {c}, emulator in its own process",
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
