@@ -27,6 +27,7 @@ back without discarding anything.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -359,37 +360,53 @@ async def _run_dataset(
     journal = ResultJournal(_journal_path(out), fp)
     journal.open()
     worker = _BatchWorker(config, shard, offsets, procs, journal)
-    batch: list[tuple[int, Item]] = []
+    # Two groups in flight: the next one is read and rendered while the current one's requests
+    # are out, so request slots never idle during the CPU work between groups. (Concurrency
+    # stays bounded: the processors share their connection pools.) Groups land in order.
+    in_flight: collections.deque[tuple[list[tuple[int, Item]], asyncio.Task[Any]]] = (
+        collections.deque()
+    )
 
-    async def flush() -> None:
-        records = await worker.process([item for _, item in batch])
+    def start(group: list[tuple[int, Item]]) -> None:
+        in_flight.append((group, asyncio.create_task(worker.process([i for _, i in group]))))
+
+    async def land_oldest() -> None:
+        group, task = in_flight.popleft()
+        records = await task
         out.append(records)
         ckpt.rows_done += len(records)
         for rec in records:
             ckpt.rows_failed += rec[ERRORS] is not None
             ckpt.input_tokens += rec[USAGE]["input_tokens"]
             ckpt.output_tokens += rec[USAGE]["output_tokens"]
-        ckpt.range_index, last = batch[-1][0], batch[-1][1]
+        ckpt.range_index, last = group[-1][0], group[-1][1]
         ckpt.next_row_id = last.row_id + 1
         out.checkpoint(ckpt)
         journal.settle([rec[ROW_KEY] for rec in records])
         status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in _COUNTERS})
         status.beat()
-        batch.clear()
 
+    group: list[tuple[int, Item]] = []
     try:
         for entry in _items(shard, ckpt):
-            batch.append(entry)
-            if len(batch) >= group_rows:
-                await flush()
-        if batch:
-            await flush()
+            group.append(entry)
+            if len(group) >= group_rows:
+                start(group)
+                group = []
+                if len(in_flight) >= 2:
+                    await land_oldest()
+        if group:
+            start(group)
+        while in_flight:
+            await land_oldest()
         for proc in procs.values():
             finish = getattr(proc, "finish", None)
             if finish is not None:
                 await finish()
         out.publish(ckpt)
     finally:
+        for _, task in in_flight:
+            task.cancel()
         journal.close(remove=ckpt.complete)
     report.add(ckpt)
     return ckpt
