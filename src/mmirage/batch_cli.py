@@ -1,0 +1,304 @@
+"""``mmirage check``, ``merge`` and ``retry`` for a config with a ``batch_api`` processor.
+
+Plain functions that print with ``click.echo`` and return the exit code; the commands of
+``run_cli`` / ``merge_cli`` call them when the config declares a batch_api processor.
+
+Exit codes: ``check`` 1 only when a batch failed at the provider (and was not resubmitted by
+``retry`` since) or a status lookup failed, 0 otherwise — also while batches are running;
+``merge`` 0 when the file is written (even partial: it says how many batches are still
+running), 1 when a batch could not be looked up or downloaded; ``retry`` 0 when everything
+that could be resubmitted was. Any of them: 1 when no receipt is found or a receipt's provider
+is not in the config, 2 when a provider's API key is missing. Errors are one sentence, never a
+traceback, and never contain a key.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from mmirage.core.process.batch.adapter import COMPLETED, FAILED, IN_PROGRESS, UNKNOWN
+from mmirage.core.process.batch.collector import (
+    LOOKUP_FAILED,
+    AdapterPool,
+    BatchStatus,
+    CollectorError,
+    FetchReport,
+    MergeTotals,
+    fetch_terminal,
+    open_store,
+    poll,
+    receipt_files,
+    scan_receipts,
+    wait_until_terminal,
+    write_merged,
+)
+from mmirage.core.process.batch.cost import (
+    PRICES_AS_OF,
+    PRICES_ENV,
+    PriceFileError,
+    format_usd,
+    usage_cost,
+)
+from mmirage.core.process.batch.resubmit import retry_failed
+from mmirage.core.process.batch.results_store import (
+    CANCELED,
+    EXPIRED,
+    MISSING,
+    RUNNING,
+    SUCCEEDED,
+)
+from mmirage.core.process.batch.results_store import FAILED as REQUEST_FAILED
+
+if TYPE_CHECKING:
+    from mmirage.config.models import MMirageConfig
+    from mmirage.core.process.batch.results_store import BatchRecord
+
+_STATUS_ORDER = (COMPLETED, IN_PROGRESS, FAILED, UNKNOWN, LOOKUP_FAILED)
+_COUNT_ORDER = ("succeeded", "errored", "expired", "canceled", "processing")
+
+
+def _error(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+
+
+@contextmanager
+def _one_sentence_errors(codes: list[int]) -> Iterator[None]:
+    """Known failures become ``error: <sentence>`` and their exit code in ``codes``."""
+    try:
+        yield
+    except CollectorError as exc:
+        _error(str(exc))
+        codes.append(exc.exit_code)
+    except PriceFileError as exc:
+        _error(str(exc))
+        codes.append(2)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        _error(f"{exc.strerror or exc}{where}; check the path and the disk")
+        codes.append(1)
+    except sqlite3.Error as exc:
+        _error(
+            f"the batch results store cannot be used ({exc}); if another merge or retry is "
+            "running, wait for it, else delete results.sqlite: it is rebuilt from the receipts"
+        )
+        codes.append(1)
+
+
+# -- check ----------------------------------------------------------------------------------
+
+
+def batch_check(
+    config: MMirageConfig,
+    config_path: str | Path | None = None,
+    metadata_paths: Sequence[str] = (),
+    wait: bool = False,
+    poll_interval: float | None = None,
+) -> int:
+    """Report each provider batch's status, then the per-provider summary block."""
+    codes: list[int] = []
+    with _one_sentence_errors(codes):
+        paths = receipt_files(config, metadata_paths, str(config_path) if config_path else None)
+        scan = scan_receipts(paths)
+        pool = AdapterPool(config)
+        pool.check_providers(scan.records)
+        interval = poll_interval or config.execution_params.poll_interval_seconds
+        if wait:
+            statuses = _wait(pool, scan.records, interval)
+        else:
+            statuses = {r.key: poll(pool, r) for r in scan.records}
+        ordered = [statuses[r.key] for r in scan.records]
+        for status in ordered:
+            click.echo(_status_line(status, status.record.batch_id in scan.resubmitted))
+        click.echo(_summary(ordered))
+        blocking = [
+            s
+            for s in ordered
+            if s.status == LOOKUP_FAILED
+            or (s.status == FAILED and s.record.batch_id not in scan.resubmitted)
+        ]
+        return 1 if blocking else 0
+    return codes[0]
+
+
+def _status_line(status: BatchStatus, resubmitted: bool) -> str:
+    record = status.record
+    line = f"Batch {record.batch_id} ({record.provider}): {status.status}"
+    if status.result is None:
+        return f"{line} ({status.error})"
+    result = status.result
+    details = []
+    if result.provider_status and result.provider_status != result.status:
+        details.append(f"provider status {result.provider_status}")
+    counts = result.request_counts or {}
+    total = counts.get("total") or record.request_count
+    parts = [f"{counts[k]} {k}" for k in _COUNT_ORDER if counts.get(k)]
+    noun = "request" if total == 1 else "requests"
+    details.append(f"{total} {noun}" + (f": {', '.join(parts)}" if parts else ""))
+    if resubmitted and result.status == FAILED:
+        details.append("its requests were resubmitted by 'mmirage retry'")
+    return f"{line} ({'; '.join(details)})"
+
+
+def _summary(statuses: Sequence[BatchStatus]) -> str:
+    """The original's block: per provider, each status as count/total."""
+    by_provider: dict[str, Counter[str]] = {}
+    for status in statuses:
+        by_provider.setdefault(status.record.provider, Counter())[status.status] += 1
+    lines = ["------------ Batch status summary ------------"]
+    for provider, counts in by_provider.items():
+        total = sum(counts.values())
+        lines.append(f"Provider '{provider}' (Total: {total}):")
+        ordered = [s for s in _STATUS_ORDER if s in counts]
+        ordered += sorted(s for s in counts if s not in _STATUS_ORDER)
+        lines += [f"  - {s}: {counts[s]}/{total}" for s in ordered]
+    return "\n".join(lines)
+
+
+def _wait(
+    pool: AdapterPool, records: Sequence[BatchRecord], interval: float
+) -> dict[tuple[str, str], BatchStatus]:
+    """Poll until every batch is terminal, with a progress bar on stderr."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        task = progress.add_task("waiting for batches", total=len(records))
+
+        def show(statuses: Sequence[BatchStatus]) -> None:
+            done = sum(s.terminal for s in statuses)
+            total = sum(
+                (s.result.request_counts if s.result else {}).get("total", 0) for s in statuses
+            )
+            running = sum(
+                (s.result.request_counts if s.result else {}).get("processing", 0)
+                for s in statuses
+                if not s.terminal
+            )
+            requests = f", requests {total - running}/{total} done" if total else ""
+            progress.update(task, completed=done, description=f"batches finished{requests}")
+
+        return wait_until_terminal(pool, records, interval, show)
+
+
+# -- merge ----------------------------------------------------------------------------------
+
+
+def batch_merge(
+    config: MMirageConfig,
+    output_path: str | Path,
+    metadata_paths: Sequence[str] = (),
+    wait: bool = False,
+) -> int:
+    """Fetch every finished batch, rebuild the dataset into ``output_path`` (one ordered JSONL
+    file, written atomically) and print the run totals."""
+    codes: list[int] = []
+    with _one_sentence_errors(codes):
+        paths = receipt_files(config, metadata_paths)
+        with open_store(config) as store:
+            scan = scan_receipts(paths, store)
+            pool = AdapterPool(config)
+            pool.check_providers(scan.records)
+            statuses = None
+            if wait:
+                todo = [r for r in scan.records if not (store.batch(*r.key) or r).fetched]
+                interval = config.execution_params.poll_interval_seconds
+                statuses = _wait(pool, todo, interval)
+            fetch = fetch_terminal(store, pool, scan.records, statuses)
+            totals = write_merged(config, store, output_path)
+        for message in fetch.errors:
+            _error(message)
+        click.echo(f"merged {totals.rows} rows into {Path(output_path).expanduser()}")
+        for line in _totals_lines(totals):
+            click.echo(line)
+        _echo_running(fetch, len(scan.records))
+        return 1 if fetch.errors else 0
+    return codes[0]
+
+
+def _totals_lines(totals: MergeTotals) -> list[str]:
+    requests = totals.requests
+    complete = totals.rows - totals.rows_with_errors
+    failed = requests[REQUEST_FAILED] + requests["invalid"]
+    invalid = f" ({requests['invalid']} invalid JSON)" if requests["invalid"] else ""
+    lines = [
+        f"rows: {totals.rows} ({complete} complete, {totals.rows_with_errors} with errors)",
+        f"requests: {sum(requests.values())} ({requests[SUCCEEDED]} succeeded, {failed} failed"
+        f"{invalid}, {requests[EXPIRED]} expired, {requests[CANCELED]} canceled, "
+        f"{requests[MISSING]} missing, {requests[RUNNING]} still running)",
+    ]
+    if totals.usage_reported:
+        lines.append(f"tokens: {totals.input_tokens:,} input, {totals.output_tokens:,} output")
+        lines.append(_cost_line(totals))
+    else:
+        lines.append("tokens: not reported by the provider (cost unknown)")
+    return lines
+
+
+def _cost_line(totals: MergeTotals) -> str:
+    known = 0.0
+    unknown: list[str] = []
+    for model, (tin, tout) in totals.tokens_by_model.items():
+        cost = usage_cost(model, tin, tout)
+        if cost is None:
+            unknown.append(model or "unknown model")
+        else:
+            known += cost
+    if len(unknown) == len(totals.tokens_by_model):
+        return f"cost: unknown (no batch price for {', '.join(unknown)}; see {PRICES_ENV})"
+    note = f"; no price for {', '.join(unknown)}" if unknown else ""
+    return (
+        f"cost: {format_usd(known)} at batch prices (approximate, prices as of "
+        f"{PRICES_AS_OF}{note})"
+    )
+
+
+def _echo_running(fetch: FetchReport, total: int) -> None:
+    if fetch.running:
+        click.echo(
+            f"{len(fetch.running)} of {total} batches still running; the file is partial, "
+            "rerun merge later or use --wait"
+        )
+
+
+# -- retry ----------------------------------------------------------------------------------
+
+
+def batch_retry(config: MMirageConfig, only_retryable: bool = False) -> int:
+    """Resubmit the requests whose latest outcome is failed, expired, canceled or missing."""
+    codes: list[int] = []
+    with _one_sentence_errors(codes):
+        report = retry_failed(config, only_retryable=only_retryable)
+        for message in [*report.fetch.errors, *report.lost]:
+            _error(message)
+        if report.resubmitted:
+            reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(report.by_reason.items()))
+            click.echo(
+                f"resubmitted {report.resubmitted} request(s) as {len(report.new_batches)} "
+                f"batch(es) (run id {report.run_id}): {reasons}"
+            )
+        else:
+            which = "retryable request" if only_retryable else "request"
+            click.echo(f"nothing to resubmit: no {which} of a finished batch failed")
+        if report.fetch.running:
+            click.echo(
+                f"{len(report.fetch.running)} batch(es) still running were left alone; "
+                "retry again once they finish"
+            )
+        return 1 if report.fetch.errors or report.lost else 0
+    return codes[0]
+
+
+__all__ = ["batch_check", "batch_merge", "batch_retry"]

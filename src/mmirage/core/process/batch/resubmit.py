@@ -1,0 +1,235 @@
+"""``mmirage retry`` in batch mode: resubmit exactly the requests that did not succeed.
+
+A request is resubmitted when its latest outcome (see ``results_store``) is ``failed``,
+``expired``, ``canceled`` or ``missing`` from a terminal batch — never when it succeeded or its
+latest batch is still running, so a retry can be run at any time without paying twice. With
+``only_retryable`` the requests the provider marked non-retryable (an invalid request, say)
+are left alone.
+
+The request lines are read back from the receipts' ``spool_path`` files (streamed and filtered
+by custom_id: the exact bytes that were submitted, so the ``custom_id`` and the placeholders in
+the shards stay the same), chunked again with the processor's caps by a ``spool.ChunkSpool`` in
+``<state>/batch/retry-<run_id>/<processor>/<modality>/``, and submitted as they fill. Each new
+batch gets a receipt in the usual file (``<base>.<modality>.<run_id>.jsonl``, new run id) with
+``retry_of`` naming the batches its requests came from; the next ``merge`` fetches it and takes
+its successes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import itertools
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from mmirage.core.process.batch.collector import (
+    AdapterPool,
+    CollectorError,
+    FetchReport,
+    fetch_terminal,
+    one_sentence,
+    open_store,
+    pipeline_state_dir,
+    receipt_files,
+    scan_receipts,
+)
+from mmirage.core.process.batch.processor import _public
+from mmirage.core.process.batch.receipts import append_receipt, receipt_base, receipt_path
+from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
+from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
+
+if TYPE_CHECKING:
+    from mmirage.config.models import MMirageConfig
+
+_FEED = 1000  # request lines handed to the spool at a time: memory stays one chunk's worth
+
+
+@dataclass
+class RetryReport:
+    run_id: str
+    fetch: FetchReport
+    by_reason: Counter[str] = field(default_factory=Counter)  # resubmitted requests
+    new_batches: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # one sentence per spool file that is gone
+
+    @property
+    def resubmitted(self) -> int:
+        return sum(self.by_reason.values())
+
+
+def retry_failed(
+    config: MMirageConfig, *, only_retryable: bool = False, run_id: str | None = None
+) -> RetryReport:
+    """Refresh the store (fetch every terminal batch), then resubmit what did not succeed."""
+    run_id = run_id or uuid.uuid4().hex[:6]
+    paths = receipt_files(config)
+    with open_store(config) as store:
+        scan = scan_receipts(paths, store)
+        pool = AdapterPool(config)
+        pool.check_providers(scan.records)
+        report = RetryReport(run_id, fetch_terminal(store, pool, scan.records))
+        resubmitter = _Resubmitter(config, pool, run_id, report)
+        failed = store.failed_requests(only_retryable=only_retryable)
+        for (provider, batch_id), group in itertools.groupby(failed, key=lambda t: t[:2]):
+            record = store.batch(provider, batch_id)
+            assert record is not None  # failed_requests lists known batches only
+            resubmitter.add(store, record, {cid for _, _, cid in group})
+        resubmitter.finish()
+    return report
+
+
+@dataclass
+class _Target:
+    """Where resubmitted requests of one (processor, modality) go."""
+
+    record: BatchRecord  # a batch they come from: names the processor, provider, modality
+    spool: ChunkSpool
+    origins: dict[str, str] = field(default_factory=dict)  # custom_id → old batch id
+
+
+class _Resubmitter:
+    def __init__(
+        self, config: MMirageConfig, pool: AdapterPool, run_id: str, report: RetryReport
+    ) -> None:
+        self.pool = pool
+        self.run_id = run_id
+        self.report = report
+        self.state_dir = pipeline_state_dir(config)
+        self.root = self.state_dir / "batch" / f"retry-{run_id}"
+        self._targets: dict[tuple[str, str], _Target] = {}
+        self._chunks = itertools.count(1)
+
+    def add(self, store: ResultsStore, record: BatchRecord, wanted: set[str]) -> None:
+        """Spool the ``wanted`` requests of ``record``'s batch (and submit full chunks)."""
+        source = Path(record.spool_path or "")
+        if (
+            not record.spool_path
+            or not source.is_file()
+            or not source.with_suffix(".ids").is_file()
+        ):
+            self.report.lost.append(
+                f"the request lines of batch {record.batch_id} ({record.spool_path or 'no path'}) "
+                f"are gone, so its {len(wanted)} unfinished request(s) cannot be resubmitted"
+            )
+            return
+        target = self._target(record)
+        states = store.lookup(sorted(wanted))
+        pending: list[tuple[str, int, int, bytes]] = []
+        found = 0
+        for request in _lines(SpooledChunk(0, source), wanted):
+            found += 1
+            self.report.by_reason[states[request[0]].state] += 1
+            target.origins[request[0]] = record.batch_id
+            pending.append(request)
+            if len(pending) >= _FEED:
+                self._spool(target, pending)
+                pending = []
+        self._spool(target, pending)
+        if found < len(wanted):
+            self.report.lost.append(
+                f"{len(wanted) - found} unfinished request(s) of batch {record.batch_id} are not "
+                f"in its request lines ({source}), so they cannot be resubmitted"
+            )
+
+    def finish(self) -> None:
+        for target in self._targets.values():
+            for chunk in target.spool.close():
+                self._submit(target, chunk)
+
+    def _target(self, record: BatchRecord) -> _Target:
+        processor = self.pool.processor_for(record)
+        modality = record.modality or "text"
+        key = (processor.name or processor.type, modality)
+        target = self._targets.get(key)
+        if target is None:
+            adapter, pc = self.pool.adapter_for(record)
+            cap = pc.max_requests_per_chunk or getattr(adapter, "max_requests_per_batch", None)
+            directory = self.root / key[0] / modality
+            spool = ChunkSpool(directory, pc.max_chunk_bytes, cap, pc.oversized_request_policy)
+            spool.recover()  # a fresh directory: creates it
+            target = self._targets[key] = _Target(record, spool)
+        return target
+
+    def _spool(self, target: _Target, requests: list[tuple[str, int, int, bytes]]) -> None:
+        if requests:
+            for chunk in target.spool.add_many(requests):
+                self._submit(target, chunk)
+
+    def _submit(self, target: _Target, chunk: SpooledChunk) -> None:
+        adapter, pc = self.pool.adapter_for(target.record)
+        chunk_id = f"retry-{self.run_id}-chunk-{next(self._chunks):06d}"
+        lines = read_lines(chunk)
+        ids = list(chunk.read_ids())
+        try:
+            raw = adapter.submit_chunk(chunk_id, [orjson.loads(line) for line in lines], pc)
+            result = adapter.parse_submission_result(raw)
+        except Exception as exc:
+            raise CollectorError(
+                f"resubmitting {len(lines)} request(s) to {pc.provider} failed "
+                f"({one_sentence(exc, adapter)}); the batches already resubmitted have receipts, "
+                "run 'mmirage retry' again for the rest"
+            ) from None
+        origins = sorted({target.origins.pop(cid, "") for cid, _, _ in ids} - {""})
+        receipt = _receipt(target.record, pc, chunk, lines, ids, raw, result.provider_batch_id)
+        receipt.update(status=result.status, chunk_id=chunk_id, run_id=self.run_id)
+        receipt["retry_of"] = origins
+        base = receipt_base(pc, str(self.state_dir))
+        append_receipt(receipt_path(base, target.record.modality or "text", self.run_id), receipt)
+        chunk.done_path.write_bytes(orjson.dumps(receipt))
+        self.report.new_batches.append(result.provider_batch_id)
+
+
+def _lines(chunk: SpooledChunk, wanted: set[str]) -> Iterable[tuple[str, int, int, bytes]]:
+    """The wanted request lines of a spooled chunk, streamed (lines and ids in lockstep)."""
+    with open(chunk.path, "rb") as lines:
+        for (cid, source_index, dataset), line in zip(chunk.read_ids(), lines, strict=False):
+            if cid in wanted:
+                yield cid, source_index, dataset, line if line.endswith(b"\n") else line + b"\n"
+
+
+def _receipt(
+    record: BatchRecord,
+    pc: Any,
+    chunk: SpooledChunk,
+    lines: list[bytes],
+    ids: list[tuple[str, int, int]],
+    raw: dict[str, Any],
+    batch_id: str,
+) -> dict[str, Any]:
+    """The processor's receipt keys (see ``receipts.py``); shard fields are null: a retry
+    chunk may hold requests of every shard."""
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line)
+    return {
+        "provider": pc.provider,
+        "provider_batch_id": batch_id,
+        "custom_id_to_source_index": {cid: index for cid, index, _ in ids},
+        "request_hash": digest.hexdigest(),
+        "model_params_snapshot": {
+            "outputs": sorted({cid.rsplit("-", 2)[0] for cid, _, _ in ids}),
+            "modality": record.modality,
+            "model": getattr(pc, "model", None),
+        },
+        "submitted_request_count": len(lines),
+        "total_bytes": chunk.bytes,
+        "has_oversized_request": chunk.oversized,
+        "flush_reason": chunk.flush_reason or "finalize",
+        "submitted_at_utc": dt.datetime.now(dt.UTC).isoformat(),
+        "shard_id": None,
+        "num_shards": None,
+        "datasets": sorted({dataset for _, _, dataset in ids}),
+        "processor": record.processor,
+        "spool_path": str(chunk.path),
+        "raw_response": _public(raw),
+    }
+
+
+__all__ = ["RetryReport", "retry_failed"]

@@ -1,0 +1,448 @@
+"""The results store: every batch result ever fetched, in ``<state>/batch/results.sqlite``.
+
+Why a store rather than downloading on every merge: a provider batch is paid for once and its
+results are downloaded once (a terminal batch never changes); the store remembers which batches
+were fetched, so a second ``merge`` (or one after ``retry``) downloads only the new batches.
+It also keeps merge O(1) in rows: each group of dataset rows looks its results up here instead
+of a million results sitting in a dict.
+
+Three tables (stdlib ``sqlite3``, writes in ``executemany`` batches of ``WRITE_BATCH``):
+
+* ``batches`` — one line per (provider, batch id) seen in a receipt: a small number ``no``,
+  where its request lines are (``spool_path``, for ``retry``), its last known status, whether
+  it was fetched, and the span of row numbers it holds;
+* ``requests`` — each request → the batch of its *latest* submission (a ``retry`` receipt is
+  newer than the original one, so it wins);
+* ``results`` — each request → its latest outcome. A success is never replaced by a failure;
+  a later success replaces an earlier one, a later failure an earlier failure ("merge takes the
+  latest success per row").
+
+A request is keyed by ``(source_index, tag)``, its custom_id ``<tag>-<source_index>`` split
+(``tag`` = ``<output>-<modality>``): rows are read in source order and chunks hold neighbouring
+rows, so lookups and inserts walk the B-trees in order (several times faster than text keys
+spread over the whole tree). An id of another shape is kept whole as the tag, with index -1.
+
+Outcomes are reported as one of ``OUTCOMES``: ``succeeded``, ``failed`` (the provider failed the
+request, or the whole batch), ``expired``, ``canceled``, ``missing`` (a terminal batch that holds
+no result for it, or no receipt names it) and ``running`` (its latest batch is not done yet).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+SUCCEEDED, FAILED, EXPIRED, CANCELED, MISSING, RUNNING = (
+    "succeeded",
+    "failed",
+    "expired",
+    "canceled",
+    "missing",
+    "running",
+)
+OUTCOMES = (SUCCEEDED, FAILED, EXPIRED, CANCELED, MISSING, RUNNING)
+WRITE_BATCH = 5000
+_IN_BATCH = 900  # bound variables per query, under every SQLite build's limit
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS batches (
+    provider TEXT NOT NULL,
+    batch_id TEXT NOT NULL,
+    no INTEGER NOT NULL UNIQUE,
+    processor TEXT,
+    modality TEXT,
+    spool_path TEXT,
+    submitted_at TEXT NOT NULL DEFAULT '',
+    request_count INTEGER NOT NULL DEFAULT 0,
+    status TEXT,
+    provider_status TEXT,
+    fetched INTEGER NOT NULL DEFAULT 0,
+    low INTEGER NOT NULL DEFAULT -1,
+    high INTEGER NOT NULL DEFAULT -1,
+    PRIMARY KEY (provider, batch_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS requests (
+    source_index INTEGER NOT NULL,
+    tag TEXT NOT NULL,
+    batch_no INTEGER NOT NULL,
+    PRIMARY KEY (source_index, tag)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS results (
+    source_index INTEGER NOT NULL,
+    tag TEXT NOT NULL,
+    batch_no INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    text TEXT,
+    kind TEXT,
+    message TEXT,
+    retryable INTEGER,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    PRIMARY KEY (source_index, tag)
+) WITHOUT ROWID;
+"""
+
+# A newer submission (by its receipt's time) becomes the request's latest one.
+_UPSERT_REQUEST = """
+INSERT INTO requests (source_index, tag, batch_no) VALUES (?, ?, ?)
+ON CONFLICT (source_index, tag) DO UPDATE SET batch_no = excluded.batch_no
+WHERE (SELECT submitted_at FROM batches WHERE no = excluded.batch_no)
+   >= (SELECT submitted_at FROM batches WHERE no = requests.batch_no)
+"""
+
+# A success is never replaced by a failure; anything else takes the newer row.
+_UPSERT_RESULT = """
+INSERT INTO results (source_index, tag, batch_no, ok, text, kind, message, retryable,
+                     input_tokens, output_tokens)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (source_index, tag) DO UPDATE SET
+    batch_no = excluded.batch_no, ok = excluded.ok, text = excluded.text,
+    kind = excluded.kind, message = excluded.message, retryable = excluded.retryable,
+    input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens
+WHERE excluded.ok = 1 OR results.ok = 0
+"""
+
+# Requests of a terminal batch that it returned no result for: recorded as that batch's
+# failure (expired, canceled, failed as a whole, or simply missing), never over a success.
+_MARK_UNANSWERED = """
+INSERT INTO results (source_index, tag, batch_no, ok, kind, message, retryable)
+SELECT q.source_index, q.tag, q.batch_no, 0, ?, ?, 1 FROM requests AS q
+WHERE q.source_index BETWEEN ? AND ? AND q.batch_no = ? AND NOT EXISTS (
+    SELECT 1 FROM results AS r
+    WHERE r.source_index = q.source_index AND r.tag = q.tag AND r.batch_no = q.batch_no)
+ON CONFLICT (source_index, tag) DO UPDATE SET
+    batch_no = excluded.batch_no, ok = 0, text = NULL, kind = excluded.kind,
+    message = excluded.message, retryable = 1, input_tokens = NULL, output_tokens = NULL
+WHERE results.ok = 0
+"""
+
+# Each request of the row span with its latest result (if any).
+_OUTCOMES = """
+SELECT q.source_index, q.tag, q.batch_no, r.batch_no, r.ok, r.text, r.kind, r.message,
+       r.retryable, r.input_tokens, r.output_tokens
+FROM requests AS q LEFT JOIN results AS r
+    ON r.source_index = q.source_index AND r.tag = q.tag
+WHERE q.source_index {where}
+"""
+
+
+def split_id(custom_id: str) -> tuple[int, str]:
+    """``answer-text-42`` → ``(42, "answer-text")``; any other shape → ``(-1, custom_id)``."""
+    tag, _, number = custom_id.rpartition("-")
+    if tag and number.isdigit() and (number == "0" or not number.startswith("0")):
+        return int(number), tag
+    return -1, custom_id
+
+
+def join_id(source_index: int, tag: str) -> str:
+    return tag if source_index < 0 else f"{tag}-{source_index}"
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """What the store knows of one provider batch (from its receipt, then from polling)."""
+
+    provider: str
+    batch_id: str
+    processor: str | None = None
+    modality: str | None = None
+    spool_path: str | None = None
+    submitted_at: str = ""
+    request_count: int = 0
+    status: str | None = None
+    provider_status: str | None = None
+    fetched: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.provider, self.batch_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The latest outcome of one request, as merge and retry use it."""
+
+    custom_id: str
+    state: str  # one of OUTCOMES
+    text: str | None = None
+    message: str | None = None
+    retryable: bool | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == SUCCEEDED
+
+    def reason(self) -> str:
+        """One sentence for the row's ``__errors__``."""
+        if self.state == RUNNING:
+            return "pending: its batch is still running; rerun merge later or use --wait"
+        return f"{self.state}: {self.message}" if self.message else self.state
+
+
+def failure_state(kind: str | None) -> str:
+    """A result's ``error_kind`` (provider words vary) → failed, expired, canceled or missing."""
+    word = (kind or "").strip().lower()
+    if "expire" in word:
+        return EXPIRED
+    if "cancel" in word:
+        return CANCELED
+    if word in (MISSING, "not_found", "no_result"):
+        return MISSING
+    return FAILED
+
+
+def _usage(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _result_line(batch_no: int, row: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """An adapter's result row (see ``adapter.py``) as a ``results`` line; ``None`` without id."""
+    custom_id = row.get("custom_id")
+    if not custom_id:
+        return None
+    status = str(row.get("status") or "succeeded").lower()
+    text = row.get("generated_text")
+    ok = status not in ("error", "errored", "failed") and text is not None
+    retryable = row.get("retryable")
+    return (
+        *split_id(str(custom_id)),
+        batch_no,
+        int(ok),
+        None if text is None else str(text),
+        None if ok else str(row.get("error_kind") or "errored"),
+        None if ok else str(row.get("error_message") or "the provider returned no text"),
+        None if retryable is None else int(bool(retryable)),
+        _usage(row.get("input_tokens")),
+        _usage(row.get("output_tokens")),
+    )
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+class ResultsStore:
+    """One sqlite file; use as a context manager (or call ``close``)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=60)
+        # WAL: a reader (check) never blocks on a writer (merge); a bounded page cache keeps a
+        # million-result store from growing the process.
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA cache_size=-65536")
+        self._db.executescript(_SCHEMA)
+        self._batches: dict[tuple[str, str], BatchRecord] = {}
+        self._numbers: dict[tuple[str, str], int] = {}
+        self._by_number: dict[int, tuple[str, str]] = {}
+        self._spans: dict[int, tuple[int, int]] = {}
+        self._read_batches()
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- batches ---------------------------------------------------------------------------
+
+    def _read_batches(self) -> None:
+        cursor = self._db.execute(
+            "SELECT provider, batch_id, processor, modality, spool_path, submitted_at, "
+            "request_count, status, provider_status, fetched, no, low, high FROM batches"
+        )
+        for (
+            provider,
+            batch_id,
+            proc,
+            modality,
+            spool,
+            at,
+            count,
+            status,
+            word,
+            done,
+            *more,
+        ) in cursor:
+            record = BatchRecord(
+                provider, batch_id, proc, modality, spool, at, count, status, word, bool(done)
+            )
+            self._remember(record, more[0], (more[1], more[2]))
+
+    def _remember(self, record: BatchRecord, no: int, span: tuple[int, int]) -> None:
+        self._batches[record.key] = record
+        self._numbers[record.key] = no
+        self._by_number[no] = record.key
+        self._spans[no] = span
+
+    def batch(self, provider: str, batch_id: str) -> BatchRecord | None:
+        return self._batches.get((provider, batch_id))
+
+    def batches(self) -> list[BatchRecord]:
+        return list(self._batches.values())
+
+    def add_batch(self, record: BatchRecord, custom_ids: Iterable[str]) -> bool:
+        """Record a submitted batch and its requests; ``False`` (nothing done) if known."""
+        if record.key in self._batches:
+            return False
+        no = len(self._numbers) + 1
+        low, high = -1, -1
+        with self._db:
+            self._db.execute(
+                "INSERT INTO batches (provider, batch_id, no, processor, modality, spool_path, "
+                "submitted_at, request_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.provider,
+                    record.batch_id,
+                    no,
+                    record.processor,
+                    record.modality,
+                    record.spool_path,
+                    record.submitted_at,
+                    record.request_count,
+                ),
+            )
+            for chunk in _chunks(custom_ids, WRITE_BATCH):
+                keys = sorted(split_id(cid) for cid in chunk)
+                self._db.executemany(_UPSERT_REQUEST, [(i, tag, no) for i, tag in keys])
+                low = keys[0][0] if low == -1 else min(low, keys[0][0])
+                high = max(high, keys[-1][0])
+            self._db.execute(
+                "UPDATE batches SET low = ?, high = ? WHERE no = ?", (min(low, high), high, no)
+            )
+        self._remember(record, no, (min(low, high), high))
+        return True
+
+    def set_status(
+        self, provider: str, batch_id: str, status: str, provider_status: str | None
+    ) -> None:
+        with self._db:
+            self._db.execute(
+                "UPDATE batches SET status = ?, provider_status = ? WHERE no = ?",
+                (status, provider_status, self._numbers[(provider, batch_id)]),
+            )
+        record = self._batches[(provider, batch_id)]
+        self._batches[record.key] = replace(record, status=status, provider_status=provider_status)
+
+    # -- results ---------------------------------------------------------------------------
+
+    def store_results(
+        self,
+        provider: str,
+        batch_id: str,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        unanswered: tuple[str, str],
+    ) -> int:
+        """Store a terminal batch's result rows, record ``unanswered`` (kind, message) for its
+        requests that got none, and mark it fetched — all in one transaction, so an
+        interrupted download is simply done again. Returns how many rows were stored."""
+        no = self._numbers[(provider, batch_id)]
+        stored = 0
+        with self._db:
+            for chunk in _chunks(rows, WRITE_BATCH):
+                lines = sorted(line for row in chunk if (line := _result_line(no, row)))
+                self._db.executemany(_UPSERT_RESULT, lines)
+                stored += len(lines)
+            low, high = self._spans[no]
+            self._db.execute(_MARK_UNANSWERED, (*unanswered, low, high, no))
+            self._db.execute("UPDATE batches SET fetched = 1 WHERE no = ?", (no,))
+        record = self._batches[(provider, batch_id)]
+        self._batches[record.key] = replace(record, fetched=True)
+        return stored
+
+    def lookup(self, custom_ids: Sequence[str]) -> dict[str, Outcome]:
+        """The latest outcome of each id (every id gets one)."""
+        wanted = {split_id(cid): cid for cid in custom_ids}
+        found: dict[str, Outcome] = {}
+        for line in self._outcome_lines(sorted({i for i, _ in wanted})):
+            cid = wanted.get((line[0], line[1]))
+            if cid is not None:
+                found[cid] = self._outcome(cid, line)
+        for cid in custom_ids:
+            if cid not in found:
+                found[cid] = Outcome(cid, MISSING, message="no batch receipt names this request")
+        return found
+
+    def _outcome_lines(self, indices: list[int]) -> Iterator[tuple[Any, ...]]:
+        """The requests of these row numbers with their results: one range scan when they are
+        dense (rows read in order), else lookups ``_IN_BATCH`` numbers at a time."""
+        if not indices:
+            return
+        if indices[-1] - indices[0] < 4 * len(indices) + 16:
+            sql = _OUTCOMES.format(where="BETWEEN ? AND ?")
+            yield from self._db.execute(sql, (indices[0], indices[-1]))
+            return
+        for chunk in _chunks(indices, _IN_BATCH):
+            sql = _OUTCOMES.format(where=f"IN ({','.join('?' * len(chunk))})")
+            yield from self._db.execute(sql, chunk)
+
+    def _outcome(self, cid: str, line: tuple[Any, ...]) -> Outcome:
+        _, _, latest, result_no, ok, text, kind, message, retryable, tin, tout = line
+        if ok:
+            return Outcome(cid, SUCCEEDED, text, input_tokens=tin, output_tokens=tout)
+        latest_key = self._by_number.get(latest)
+        latest_done = latest_key is None or self._batches[latest_key].fetched
+        if result_no is not None and (latest_done or latest == result_no):
+            return Outcome(
+                cid,
+                failure_state(kind),
+                message=message,
+                retryable=None if retryable is None else bool(retryable),
+                input_tokens=tin,
+                output_tokens=tout,
+            )
+        if latest_done:
+            batch = latest_key[1] if latest_key else "?"
+            return Outcome(cid, MISSING, message=f"batch {batch} returned no result for it")
+        return Outcome(cid, RUNNING)
+
+    def failed_requests(self, *, only_retryable: bool = False) -> Iterator[tuple[str, str, str]]:
+        """``(provider, batch_id, custom_id)`` of every request whose latest outcome is a
+        failure of a finished batch, grouped by batch (streamed: a million failures never sit
+        in memory at once). Requests still running are never listed."""
+        cursor = self._db.execute(
+            "SELECT q.batch_no, q.source_index, q.tag, r.retryable FROM requests AS q "
+            "JOIN results AS r ON r.source_index = q.source_index AND r.tag = q.tag "
+            "WHERE r.ok = 0 ORDER BY q.batch_no"
+        )
+        for batch_no, source_index, tag, retryable in cursor:
+            key = self._by_number.get(batch_no)
+            if key is None or not self._batches[key].fetched:
+                continue  # resubmitted and not back yet
+            if only_retryable and retryable == 0:
+                continue
+            yield key[0], key[1], join_id(source_index, tag)
+
+
+__all__ = [
+    "CANCELED",
+    "EXPIRED",
+    "FAILED",
+    "MISSING",
+    "OUTCOMES",
+    "RUNNING",
+    "SUCCEEDED",
+    "BatchRecord",
+    "Outcome",
+    "ResultsStore",
+    "failure_state",
+    "join_id",
+    "split_id",
+]
