@@ -44,6 +44,7 @@ from mmirage.core.process.batch.cost import (
     PRICES_ENV,
     PriceFileError,
     format_usd,
+    register_config_prices,
     usage_cost,
 )
 from mmirage.core.process.batch.resubmit import retry_failed
@@ -204,6 +205,7 @@ def batch_merge(
 ) -> int:
     """Fetch every finished batch, rebuild the dataset into ``output_path`` (one ordered JSONL
     file, written atomically) and print the run totals."""
+    register_config_prices(config)
     codes: list[int] = []
     with _one_sentence_errors(codes):
         paths = receipt_files(config, metadata_paths)

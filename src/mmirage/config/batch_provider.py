@@ -51,6 +51,9 @@ class BatchProviderConfig:
     max_requests_per_chunk: int | None = None
     metadata_output_path: str = ""
     oversized_request_policy: str = "isolate"
+    # USD per million tokens at batch prices, {"input": x, "output": y}: for cost reports when
+    # the model is missing from the built-in table (or its price changed).
+    price_per_mtok: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         self.provider = self.provider.strip().lower()
@@ -65,6 +68,15 @@ class BatchProviderConfig:
             )
         self.oversized_request_policy = policy
         self.metadata_output_path = os.path.expanduser(self.metadata_output_path)
+        if self.price_per_mtok is not None:
+            if set(self.price_per_mtok) != {"input", "output"}:
+                raise FieldError(
+                    "price_per_mtok",
+                    "must have exactly the keys 'input' and 'output' (USD per 1M tokens), got "
+                    f"{sorted(self.price_per_mtok)}",
+                )
+            for key, value in self.price_per_mtok.items():
+                _at_least(f"price_per_mtok.{key}", value, 0)
 
 
 @dataclass

@@ -199,6 +199,18 @@ __all__ = [
     "estimate_submission",
     "format_usd",
     "price_for",
+    "register_config_prices",
     "register_price",
     "usage_cost",
 ]
+
+
+def register_config_prices(config: Any) -> None:
+    """Register the ``price_per_mtok`` of every batch_api processor of ``config`` for its
+    model (the config wins over the built-in table)."""
+    for processor in getattr(config, "processors", []):
+        provider_config = getattr(processor, "provider_config", None)
+        price = getattr(provider_config, "price_per_mtok", None)
+        model = getattr(provider_config, "model", None)
+        if price and model:
+            register_price(model, price["input"], price["output"])

@@ -14,8 +14,6 @@ appended to the export file as ``{"batch_id", "request"}`` lines and gets a dry-
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import hashlib
 import logging
 import os
 from collections.abc import Sequence
@@ -26,8 +24,14 @@ import orjson
 
 from mmirage.core.process.base import OutputRequest, OutputResult, RunContext
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
+from mmirage.core.process.batch.cost import estimate_submission, register_price
 from mmirage.core.process.batch.payload import build_payload, custom_id_for, modality_of
-from mmirage.core.process.batch.receipts import append_receipt, receipt_base, receipt_path
+from mmirage.core.process.batch.receipts import (
+    append_receipt,
+    chunk_receipt,
+    receipt_base,
+    receipt_path,
+)
 from mmirage.core.process.batch.registry import BatchAdapterRegistry
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
 from mmirage.core.writer.renderer import make_placeholder
@@ -82,6 +86,11 @@ class BatchApiProcessor:
         self._failure: BaseException | None = None
         self._schemas: dict[str, dict[str, Any] | None] = {}
         self.submitted_batches = 0
+        self.spooled_bytes = 0  # request bytes spooled by this run, for the cost estimate
+        price = self.provider_config.price_per_mtok
+        model = getattr(self.provider_config, "model", None)
+        if price and model:
+            register_price(model, price["input"], price["output"])
 
     # -- the Processor protocol ------------------------------------------------------------
 
@@ -107,6 +116,7 @@ class BatchApiProcessor:
             )
             results.append(OutputResult(value=make_placeholder(custom_id)))
         for modality, lines in by_modality.items():
+            self.spooled_bytes += sum(len(line) for *_, line in lines)
             for chunk in self._spool(modality).add_many(lines):
                 self._submit_later(modality, chunk)
         return results
@@ -119,6 +129,12 @@ class BatchApiProcessor:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._raise_if_failed()
+        if self.spooled_bytes:
+            model = str(getattr(self.provider_config, "model", self.provider_config.provider))
+            estimate = estimate_submission(model, self.spooled_bytes)
+            verb = "exported" if self.dry_run else "submitted"
+            logger.info("shard %d %s %s", self.context.shard_id, verb, estimate.describe())
+            self.spooled_bytes = 0
 
     async def aclose(self) -> None:
         for task in self._tasks:
@@ -209,35 +225,21 @@ class BatchApiProcessor:
                 self.provider_config.provider,
                 provider_batch_id,
             )
-        digest = hashlib.sha256()
-        for line in lines:
-            digest.update(line)
-        outputs = sorted({cid.rsplit("-", 2)[0] for cid, _, _ in ids})
-        return {
-            "provider": self.provider_config.provider,
-            "chunk_id": chunk_id,
-            "provider_batch_id": provider_batch_id,
-            "status": status,
-            "custom_id_to_source_index": {cid: index for cid, index, _ in ids},
-            "request_hash": digest.hexdigest(),
-            "model_params_snapshot": {
-                "outputs": outputs,
-                "modality": modality,
-                "model": getattr(self.provider_config, "model", None),
-            },
-            "submitted_request_count": len(lines),
-            "total_bytes": chunk.bytes,
-            "has_oversized_request": chunk.oversized,
-            "flush_reason": chunk.flush_reason or "recovered",
-            "submitted_at_utc": dt.datetime.now(dt.UTC).isoformat(),
-            "run_id": self.context.run_id,
-            "shard_id": self.context.shard_id,
-            "num_shards": self.context.num_shards,
-            "datasets": sorted({dataset for _, _, dataset in ids}),
-            "processor": self.config.name or self.config.type,
-            "spool_path": str(chunk.path),
-            "raw_response": _public(raw),
-        }
+        return chunk_receipt(
+            self.provider_config,
+            chunk,
+            lines,
+            ids,
+            chunk_id=chunk_id,
+            batch_id=provider_batch_id,
+            status=status,
+            raw=raw,
+            modality=modality,
+            processor=self.config.name or self.config.type,
+            run_id=self.context.run_id,
+            shard_id=self.context.shard_id,
+            num_shards=self.context.num_shards,
+        )
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
@@ -246,8 +248,3 @@ class BatchApiProcessor:
                 f"submitting a batch to {self.provider_config.provider} failed: {exc}; "
                 "rerun to submit the chunks that have no receipt yet"
             ) from exc
-
-
-def _public(raw: dict[str, Any]) -> dict[str, Any]:
-    """The provider's answer minus anything that could be a credential."""
-    return {k: v for k, v in raw.items() if "key" not in k.lower() and "token" not in k.lower()}

@@ -14,7 +14,9 @@ request lines, kept for resubmission) and ``retry_of`` for resubmitted requests.
 
 from __future__ import annotations
 
+import datetime as dt
 import glob
+import hashlib
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from mmirage.config.batch_provider import BatchProviderConfig
     from mmirage.config.models import MMirageConfig
     from mmirage.config.processors import BatchApiProcessorConfig
+    from mmirage.core.process.batch.spool import SpooledChunk
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +47,60 @@ def receipt_base(provider_config: BatchProviderConfig, state_dir: str) -> str:
 def receipt_path(base: str, modality: str, run_id: str, *, dry_run: bool = False) -> Path:
     middle = f"{DRY_RUN}.{modality}" if dry_run else modality
     return Path(f"{base}.{middle}.{run_id}.jsonl")
+
+
+def chunk_receipt(
+    provider_config: BatchProviderConfig,
+    chunk: SpooledChunk,
+    lines: list[bytes],
+    ids: list[tuple[str, int, int]],
+    *,
+    chunk_id: str,
+    batch_id: str,
+    status: str,
+    raw: dict[str, Any],
+    modality: str | None,
+    processor: str,
+    run_id: str,
+    shard_id: int | None,
+    num_shards: int | None,
+) -> dict[str, Any]:
+    """The receipt line of one submitted chunk (``lines``/``ids``: its request lines and
+    ``(custom_id, source_index, dataset)``); see the module docstring for the keys."""
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line)
+    return {
+        "provider": provider_config.provider,
+        "chunk_id": chunk_id,
+        "provider_batch_id": batch_id,
+        "status": status,
+        "custom_id_to_source_index": {cid: index for cid, index, _ in ids},
+        "request_hash": digest.hexdigest(),
+        "model_params_snapshot": {
+            "outputs": sorted({cid.rsplit("-", 2)[0] for cid, _, _ in ids}),
+            "modality": modality,
+            "model": getattr(provider_config, "model", None),
+        },
+        "submitted_request_count": len(lines),
+        "total_bytes": chunk.bytes,
+        "has_oversized_request": chunk.oversized,
+        "flush_reason": chunk.flush_reason or "recovered",
+        "submitted_at_utc": dt.datetime.now(dt.UTC).isoformat(),
+        "run_id": run_id,
+        "shard_id": shard_id,
+        "num_shards": num_shards,
+        "datasets": sorted({dataset for _, _, dataset in ids}),
+        "processor": processor,
+        # Absolute: retry may run from another working directory.
+        "spool_path": str(chunk.path.resolve()),
+        "raw_response": public_fields(raw),
+    }
+
+
+def public_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """The provider's answer minus anything that could be a credential."""
+    return {k: v for k, v in raw.items() if "key" not in k.lower() and "token" not in k.lower()}
 
 
 def append_receipt(path: Path, receipt: dict[str, Any]) -> None:

@@ -17,15 +17,13 @@ its successes.
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import itertools
 import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -40,8 +38,12 @@ from mmirage.core.process.batch.collector import (
     receipt_files,
     scan_receipts,
 )
-from mmirage.core.process.batch.processor import _public
-from mmirage.core.process.batch.receipts import append_receipt, receipt_base, receipt_path
+from mmirage.core.process.batch.receipts import (
+    append_receipt,
+    chunk_receipt,
+    receipt_base,
+    receipt_path,
+)
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
 
@@ -177,8 +179,22 @@ class _Resubmitter:
                 "run 'mmirage retry' again for the rest"
             ) from None
         origins = sorted({target.origins.pop(cid, "") for cid, _, _ in ids} - {""})
-        receipt = _receipt(target.record, pc, chunk, lines, ids, raw, result.provider_batch_id)
-        receipt.update(status=result.status, chunk_id=chunk_id, run_id=self.run_id)
+        # Shard fields are null: a retry chunk may hold requests of every shard.
+        receipt = chunk_receipt(
+            pc,
+            chunk,
+            lines,
+            ids,
+            chunk_id=chunk_id,
+            batch_id=result.provider_batch_id,
+            status=result.status,
+            raw=raw,
+            modality=target.record.modality,
+            processor=target.record.processor or "batch_api",
+            run_id=self.run_id,
+            shard_id=None,
+            num_shards=None,
+        )
         receipt["retry_of"] = origins
         base = receipt_base(pc, str(self.state_dir))
         append_receipt(receipt_path(base, target.record.modality or "text", self.run_id), receipt)
@@ -192,44 +208,6 @@ def _lines(chunk: SpooledChunk, wanted: set[str]) -> Iterable[tuple[str, int, in
         for (cid, source_index, dataset), line in zip(chunk.read_ids(), lines, strict=False):
             if cid in wanted:
                 yield cid, source_index, dataset, line if line.endswith(b"\n") else line + b"\n"
-
-
-def _receipt(
-    record: BatchRecord,
-    pc: Any,
-    chunk: SpooledChunk,
-    lines: list[bytes],
-    ids: list[tuple[str, int, int]],
-    raw: dict[str, Any],
-    batch_id: str,
-) -> dict[str, Any]:
-    """The processor's receipt keys (see ``receipts.py``); shard fields are null: a retry
-    chunk may hold requests of every shard."""
-    digest = hashlib.sha256()
-    for line in lines:
-        digest.update(line)
-    return {
-        "provider": pc.provider,
-        "provider_batch_id": batch_id,
-        "custom_id_to_source_index": {cid: index for cid, index, _ in ids},
-        "request_hash": digest.hexdigest(),
-        "model_params_snapshot": {
-            "outputs": sorted({cid.rsplit("-", 2)[0] for cid, _, _ in ids}),
-            "modality": record.modality,
-            "model": getattr(pc, "model", None),
-        },
-        "submitted_request_count": len(lines),
-        "total_bytes": chunk.bytes,
-        "has_oversized_request": chunk.oversized,
-        "flush_reason": chunk.flush_reason or "finalize",
-        "submitted_at_utc": dt.datetime.now(dt.UTC).isoformat(),
-        "shard_id": None,
-        "num_shards": None,
-        "datasets": sorted({dataset for _, _, dataset in ids}),
-        "processor": record.processor,
-        "spool_path": str(chunk.path),
-        "raw_response": _public(raw),
-    }
 
 
 __all__ = ["RetryReport", "retry_failed"]
