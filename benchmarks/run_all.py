@@ -1,4 +1,4 @@
-"""Every benchmark, one after the other (about 15 minutes)."""
+"""Every benchmark, one after the other (about 25 minutes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,16 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-SCRIPTS = ["live_overhead.py", "resume_scan.py", "live_memory.py", "pacing.py", "batch_api.py"]
+SCRIPTS = [
+    "live_overhead.py",
+    "resume_scan.py",
+    "live_memory.py",
+    "pacing.py",
+    "batch_api.py",
+    "pipeline_overhead.py",
+    "pipeline_memory.py",
+    "cli_startup.py",
+]
 
 if __name__ == "__main__":
     for script in SCRIPTS:

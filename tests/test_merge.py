@@ -56,6 +56,7 @@ def make_config(tmp_path: Path) -> tuple[MMirageConfig, Path]:
             "num_shards": SHARDS,
             "batch_size": 2,
             "state_dir": str(tmp_path / "state"),
+            "output_format": "jsonl",  # these tests read the shard files as JSONL lines
         },
         "processing_params": {
             "inputs": [{"name": "text", "key": "text"}],

@@ -1,8 +1,9 @@
 """``mmirage merge``, ``mmirage merge-dir`` and ``mmirage stats``.
 
-Exit codes: 0 done; 1 shards missing (or unreadable); 2 a configuration or usage error. The
-merge logic lives in ``mmirage.core.writer.merge``, imported inside the commands so that
-``mmirage --help`` does not load pyarrow or datasets.
+Exit codes: 0 done; 1 shards missing (or unreadable); 2 a configuration or usage error, or an
+output path that cannot be written (a file in the way, no permission). The merge logic lives in
+``mmirage.core.writer.merge``, imported inside the commands so that ``mmirage --help`` does not
+load pyarrow or datasets.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mmirage.run_cli import _config_params, _config_path, _fail, _load, _user_errors_exit_2
+from mmirage.run_cli import (
+    _config_params,
+    _config_path,
+    _fail,
+    _load,
+    _os_failure,
+    _user_errors_exit_2,
+)
 
 if TYPE_CHECKING:
     from mmirage.core.writer.merge import MergeResult
@@ -79,8 +87,10 @@ def merge(
             fmt=fmt.lower(),  # type: ignore[arg-type]  # click.Choice checked it
             allow_partial=allow_partial,
         )
-    except (MergeError, OSError) as exc:
+    except MergeError as exc:
         _fail(str(exc), 1)
+    except OSError as exc:
+        _os_failure(exc, "--output-root" if output_root else "merge output")
     _report(results)
 
 
@@ -106,7 +116,7 @@ def merge_dir_command(
     allow_partial: bool,
     fmt: str,
 ) -> None:
-    """Merge the shard-K-of-N.jsonl files (or HF shard directories) found in DIRECTORY.
+    """Merge the shards found in DIRECTORY (HF directories, .parquet or .jsonl files).
 
     If DIRECTORY holds no shards, each subdirectory that does is merged to OUTPUT/<subdir>.
     """
@@ -117,8 +127,10 @@ def merge_dir_command(
         raise click.UsageError("give the directory: mmirage merge-dir DIRECTORY")
     try:
         results = merge_dir(source, output, fmt.lower(), allow_partial)  # type: ignore[arg-type]
-    except (MergeError, OSError) as exc:
+    except MergeError as exc:
         _fail(str(exc), 1)
+    except OSError as exc:
+        _os_failure(exc, "--output" if output else "merge output")
     _report(results)
 
 

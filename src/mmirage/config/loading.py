@@ -19,6 +19,10 @@ def _dataset_type(value: object) -> object:
     return _DATASET_TYPES.get(value.strip().lower(), value) if isinstance(value, str) else value
 
 
+def _lower(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
 @dataclass
 class DatasetConfig:
     """One input dataset. ``path`` is a file/directory, or ``{split: path}`` for JSONL splits."""
@@ -53,7 +57,7 @@ class LoadingParams:
     output_dir: str = ""  # legacy, unused: each dataset has its own output_dir
     # How each published shard is written (the part files stay JSONL): "hf", the original's
     # save_to_disk directory, loadable with datasets.load_from_disk; or one JSONL/Parquet file.
-    output_format: Literal["hf", "jsonl", "parquet"] = "hf"
+    output_format: Annotated[Literal["hf", "jsonl", "parquet"], BeforeValidator(_lower)] = "hf"
 
     def __post_init__(self) -> None:
         if not self.datasets:

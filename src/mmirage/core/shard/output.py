@@ -6,17 +6,22 @@ Files, under the dataset's ``output_dir``:
 * ``.parts/shard-<k>-of-<n>.ckpt.json`` — rows done, the part file's byte length at that point
   and where to read next; rewritten atomically after the part file is fsynced, so it never
   claims more than the disk holds;
-* ``shard-<k>-of-<n>.jsonl`` — the published shard, created by renaming the complete part file
-  (readers see the whole shard or nothing; the original had a window with no directory at all).
+* the published shard, in ``loading_params.output_format``: ``shard-<k>-of-<n>/`` (HF
+  ``save_to_disk``, the original's format), ``shard-<k>-of-<n>.parquet`` or
+  ``shard-<k>-of-<n>.jsonl``. JSONL is the part file renamed; the Arrow formats are converted
+  from it in bounded batches into a temporary sibling that is renamed at the end. Either way
+  readers see the whole shard or nothing (the original had a window with no directory at all).
 
+The part file stays JSONL whatever the output format: appending a line and truncating to a
+checkpoint is what makes resume cheap, and no Arrow format can be appended to like that.
 Resume truncates the part file to the checkpoint's length (dropping a torn or uncheckpointed
-tail) and reads on from the checkpoint's cursor. Only JSONL is written for now; HF
-``save_to_disk`` and Parquet outputs can be produced from the published file later.
+tail) and reads on from the checkpoint's cursor.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -24,6 +29,7 @@ from typing import IO, Any
 import orjson
 
 from mmirage.core.shard.state import atomic_write_json
+from mmirage.core.writer.formats import FORMATS, Format, iter_jsonl, iter_rows, write_dataset
 
 
 @dataclass
@@ -70,34 +76,64 @@ def _default(value: Any) -> Any:
 
 
 class ShardOutput:
-    """The part file, checkpoint and published file of one (dataset, shard)."""
+    """The part file, checkpoint and published shard of one (dataset, shard).
 
-    def __init__(self, output_dir: str, shard_id: int, num_shards: int) -> None:
+    ``output_format`` is the format a publish writes; a shard published earlier in another
+    format still counts as finished (its rows exist and must not be paid for again).
+    """
+
+    def __init__(
+        self, output_dir: str, shard_id: int, num_shards: int, output_format: Format = "jsonl"
+    ) -> None:
         self.dir = Path(os.path.expanduser(output_dir))
-        name = f"shard-{shard_id}-of-{num_shards}"
-        self.part = self.dir / ".parts" / f"{name}.jsonl"
-        self.checkpoint_path = self.dir / ".parts" / f"{name}.ckpt.json"
-        self.published = self.dir / f"{name}.jsonl"
+        self.name = f"shard-{shard_id}-of-{num_shards}"
+        self.format = output_format
+        self.part = self.dir / ".parts" / f"{self.name}.jsonl"
+        self.checkpoint_path = self.dir / ".parts" / f"{self.name}.ckpt.json"
         self._file: IO[bytes] | None = None
+
+    def path_for(self, fmt: Format) -> Path:
+        """Where this shard is published in ``fmt`` (HF: a directory; else one file)."""
+        return self.dir / (self.name if fmt == "hf" else f"{self.name}.{fmt}")
+
+    @property
+    def published(self) -> Path:
+        """The published shard: the one in ``output_format`` if there, else any other one."""
+        found = self.find_published()
+        return found if found is not None else self.path_for(self.format)
+
+    def find_published(self) -> Path | None:
+        """The published shard in ``output_format`` first, then in any other format."""
+        for fmt in (self.format, *(f for f in FORMATS if f != self.format)):
+            path = self.path_for(fmt)
+            if path.is_dir() if fmt == "hf" else path.is_file():
+                return path
+        return None
 
     def discard(self) -> None:
         """Forget every result of this (dataset, shard): a forced rerun starts from nothing."""
-        for path in (self.part, self.checkpoint_path, self.published):
+        for path in (self.part, self.checkpoint_path):
             path.unlink(missing_ok=True)
+        for fmt in FORMATS:
+            path = self.path_for(fmt)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
 
     def finished(self) -> Checkpoint | None:
-        """The checkpoint of a published shard (counted from the file if it was lost), or
+        """The checkpoint of a published shard (counted from its rows if it was lost), or
         ``None`` when this (dataset, shard) is not published. Publishing renames first, so the
-        published file, not the checkpoint's ``complete`` flag, is what says "done"."""
-        if not self.published.exists():
+        published shard, not the checkpoint's ``complete`` flag, is what says "done"."""
+        published = self.find_published()
+        if published is None:
             return None
         ckpt = Checkpoint.load(self.checkpoint_path)
         if ckpt is None:
             ckpt = Checkpoint()
-            with open(self.published, "rb") as f:
-                for line in f:
+            for batch in iter_rows(published):
+                for row in batch:
                     ckpt.rows_done += 1
-                    row = orjson.loads(line)
                     ckpt.rows_failed += bool(row.get("__errors__"))
                     usage = row.get("__usage__") or {}
                     ckpt.input_tokens += int(usage.get("input_tokens") or 0)
@@ -105,18 +141,26 @@ class ShardOutput:
         ckpt.complete = True
         return ckpt
 
-    def open(self, fp: str) -> Checkpoint:
-        """Open the part file for appending at the last checkpoint and return that checkpoint
-        (a fresh one when there is none, or it belongs to another config)."""
-        self.part.parent.mkdir(parents=True, exist_ok=True)
+    def resume_point(self, fp: str) -> Checkpoint:
+        """The checkpoint ``open`` resumes from: the saved one if it belongs to this config and
+        the part file still holds its rows, else a fresh one."""
         ckpt = Checkpoint.load(self.checkpoint_path)
         if ckpt is None or ckpt.complete or ckpt.fingerprint != fp:
-            ckpt = Checkpoint(fingerprint=fp)
+            return Checkpoint(fingerprint=fp)
+        try:
+            size = self.part.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size < ckpt.offset:  # checkpointed rows were lost (deleted or truncated by hand)
+            return Checkpoint(fingerprint=fp)
+        return ckpt
+
+    def open(self, fp: str) -> Checkpoint:
+        """Open the part file for appending at ``resume_point(fp)`` and return that checkpoint."""
+        self.part.parent.mkdir(parents=True, exist_ok=True)
+        ckpt = self.resume_point(fp)
         mode = "r+b" if self.part.exists() else "w+b"
         self._file = open(self.part, mode)  # noqa: SIM115 - kept open across batches
-        if self._file.seek(0, os.SEEK_END) < ckpt.offset:
-            # The part file lost checkpointed rows (deleted or truncated by hand): start over.
-            ckpt = Checkpoint(fingerprint=fp)
         self._file.truncate(ckpt.offset)
         self._file.seek(ckpt.offset)
         return ckpt
@@ -135,10 +179,19 @@ class ShardOutput:
         atomic_write_json(self.checkpoint_path, asdict(ckpt))
 
     def publish(self, ckpt: Checkpoint) -> None:
-        """Rename the complete part file to the published name (atomic on one filesystem)."""
+        """Publish the complete part file in ``output_format``, atomically.
+
+        JSONL: a rename. HF and Parquet: a streamed conversion into a temporary sibling, renamed
+        into place, then the part file is removed (a crash between the two leaves it behind,
+        harmless: the published shard is what counts, and a forced rerun discards it)."""
         self.checkpoint(ckpt)
         self.close()
-        os.replace(self.part, self.published)
+        dest = self.path_for(self.format)
+        if self.format == "jsonl":
+            os.replace(self.part, dest)
+        else:
+            write_dataset(lambda: iter_jsonl(self.part), dest, self.format)
+            self.part.unlink(missing_ok=True)
         _fsync_dir(self.dir)
         ckpt.complete = True
         atomic_write_json(self.checkpoint_path, asdict(ckpt))

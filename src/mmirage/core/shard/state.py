@@ -7,6 +7,11 @@ the shard runs (a ``running`` shard whose heartbeat is old, or whose local pid i
 retries, ``attempts - 1``), and a ``fingerprint`` of what decides the rows (inputs, outputs,
 schema, datasets, ``num_shards``) so a changed config is never mixed into old results.
 
+Counters are kept consistent across attempts: ``start`` sets them to what the checkpoints hold
+(not to what a killed attempt last wrote), the runner advances them per checkpoint, and
+``finish`` derives ``stats.rows_processed`` (rows this attempt added) and the throughput from
+them, so no resume, crash or forced rerun can make them negative.
+
 The pipeline id (a hash of the datasets' output dirs and ``num_shards``) keeps two pipelines that
 share a ``state_dir`` apart (the original's shared default made them collide).
 """
@@ -14,10 +19,12 @@ share a ``state_dir`` apart (the original's shared default made them collide).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -43,6 +50,14 @@ SUCCESS, RUNNING, FAILED, STALE, EXHAUSTED, MISSING, UNKNOWN = (
 )
 
 
+COUNTERS = ("rows_done", "rows_failed", "input_tokens", "output_tokens")
+
+
+class UnusableDirError(Exception):
+    """A directory a run must write to cannot be used (a file in the way, no permission, a
+    read-only disk); ``str(err)`` names the config field, the path and what to do."""
+
+
 class ShardConflictError(Exception):
     """The shard cannot run as asked (another live process holds it, or the config changed
     since its results were written); ``str(err)`` says what to do."""
@@ -52,7 +67,7 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _parse_iso(text: Any) -> float | None:
+def parse_iso(text: Any) -> float | None:
     try:
         moment = datetime.fromisoformat(str(text))
     except ValueError:
@@ -71,6 +86,52 @@ def atomic_write_json(path: Path, data: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+_PATH_FIXES = {
+    errno.ENOTDIR: "is a file, not a directory; move the file away or choose another path",
+    errno.EEXIST: "is a file, not a directory; move the file away or choose another path",
+    errno.EACCES: "is not writable; give write permission or choose another directory",
+    errno.EPERM: "is not writable; give write permission or choose another directory",
+    errno.EROFS: "is on a read-only filesystem; choose a directory on a writable disk",
+}
+
+
+def ensure_writable_dir(path: Path, field: str) -> None:
+    """Create ``path`` if needed and prove a file can be written in it, or raise
+    ``UnusableDirError`` naming ``field``. Run before a shard starts: a path problem is the
+    user's to fix, and must not surface as a failed shard with a raw errno message."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".mmirage-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise unusable_dir(exc, path, field) from None
+
+
+def is_path_problem(exc: OSError) -> bool:
+    """Whether ``exc`` is a path the user must fix (a file in the way, no permission, a
+    read-only disk), as opposed to a failure of the work (disk full, I/O error)."""
+    return exc.errno in _PATH_FIXES
+
+
+def unusable_dir(exc: OSError, path: Path, field: str) -> UnusableDirError:
+    """``exc`` (raised while writing under ``path``) as one sentence: field, path, what to do."""
+    where = _blocking_path(path)
+    fix = _PATH_FIXES.get(exc.errno or 0)
+    if fix is None:
+        fix = f"cannot be written ({exc.strerror or exc}); check the path and the disk"
+    return UnusableDirError(f"{field}: {where} {fix}")
+
+
+def _blocking_path(path: Path) -> Path:
+    """The part of ``path`` to name: its first component that is not a directory (a file in
+    the way, or the first one that could not be created), else ``path`` itself."""
+    for candidate in [*reversed(path.parents), path]:
+        if not candidate.is_dir():
+            return candidate
+    return path
 
 
 def _plain(value: Any) -> Any:
@@ -150,7 +211,7 @@ def is_stale(status: Mapping[str, Any], stale_after_s: float = STALE_AFTER_S) ->
     """A ``running`` shard that nobody runs any more."""
     if status.get("status") != RUNNING:
         return False
-    beat = _parse_iso(status.get("heartbeat") or status.get("started_at"))
+    beat = parse_iso(status.get("heartbeat") or status.get("started_at"))
     return beat is None or time.time() - beat > stale_after_s or _pid_dead(status)
 
 
@@ -177,6 +238,7 @@ class ShardStatus:
         self._config = config
         self._shard_id = shard_id
         self._last_beat = 0.0
+        self._baseline: dict[str, int] = dict.fromkeys(COUNTERS, 0)
 
     @property
     def state(self) -> str:
@@ -185,8 +247,11 @@ class ShardStatus:
         )
 
     def start(self, fp: str) -> None:
+        """Record a new attempt, its counters starting at what the checkpoints hold."""
         lp = self._config.loading_params
         attempts = int(self.data.get("attempts") or 0) + 1
+        self._baseline = checkpointed_counters(self._config, self._shard_id, fp)
+        self.data.update(self._baseline)
         self.data.update(
             {
                 "status": RUNNING,
@@ -222,16 +287,45 @@ class ShardStatus:
         atomic_write_json(self.path, self.data)
 
     def finish(self, error: str | None, stats: Mapping[str, Any]) -> None:
+        """Record the attempt's end. ``stats`` gives at least ``runtime_seconds``; the counters
+        and ``rows_processed`` come from this status (what was checkpointed), not from the
+        caller, whose view may miss the dataset that was in flight when it failed."""
         self.data.update(
             {
                 "status": FAILED if error else SUCCESS,
                 "error": error,
                 "finished_at": now_iso(),
                 "heartbeat": now_iso(),
-                "stats": dict(stats),
+                "stats": self._attempt_stats(stats),
             }
         )
         atomic_write_json(self.path, self.data)
+
+    def _attempt_stats(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        counters = {k: int(self.data.get(k) or 0) for k in COUNTERS}
+        rows = max(0, counters["rows_done"] - self._baseline["rows_done"])
+        runtime = float(stats.get("runtime_seconds") or 0.0)
+        return {
+            **stats,
+            **counters,
+            "rows_processed": rows,
+            "throughput_rows_per_sec": round(rows / runtime, 3) if runtime > 0 else None,
+        }
+
+
+def checkpointed_counters(config: MMirageConfig, shard_id: int, fp: str) -> dict[str, int]:
+    """The shard's counters as its checkpoints hold them: published datasets in full, the
+    others up to the checkpoint a run would resume from (nothing for another config's)."""
+    from mmirage.core.shard.output import ShardOutput  # it imports this module
+
+    lp = config.loading_params
+    totals = dict.fromkeys(COUNTERS, 0)
+    for ds in lp.datasets:
+        out = ShardOutput(ds.output_dir, shard_id, lp.num_shards, lp.output_format)
+        ckpt = out.finished() or out.resume_point(fp)
+        for key in COUNTERS:
+            totals[key] += getattr(ckpt, key)
+    return totals
 
 
 @contextmanager

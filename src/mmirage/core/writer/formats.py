@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -60,6 +61,33 @@ def iter_jsonl(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[dict[s
                 batch = []
     if batch:
         yield batch
+
+
+def iter_parquet(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
+    """A Parquet file's rows, read ``batch_rows`` at a time (never the whole file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        reader = pq.ParquetFile(str(path))
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise FormatError(f"{path} is not a readable Parquet file ({exc})") from None
+    with reader:
+        for record_batch in reader.iter_batches(batch_size=batch_rows):
+            yield record_batch.to_pylist()
+
+
+def format_of(path: Path) -> Format:
+    """The format of a written dataset, from its name: a directory is HF ``save_to_disk``."""
+    if path.is_dir():
+        return "hf"
+    return "parquet" if path.suffix == ".parquet" else "jsonl"
+
+
+def iter_rows(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
+    """The rows of a dataset written in any of ``FORMATS``, in batches."""
+    readers = {"hf": iter_hf, "parquet": iter_parquet, "jsonl": iter_jsonl}
+    return readers[format_of(path)](path, batch_rows)
 
 
 def iter_hf(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
@@ -174,13 +202,14 @@ def write_dataset(batches: Batches, dest: Path, fmt: Format) -> Schema | None:
         if fmt == "jsonl":
             _write_jsonl(batches(), tmp)
         else:
-            schema = infer_schema(batches())
+            schema = _not_empty(infer_schema(batches()))
             if fmt == "parquet":
                 _write_parquet(batches(), schema, tmp)
             elif fmt == "hf":
                 _write_hf(batches(), schema, tmp)
             else:
                 raise FormatError(f"unknown output format {fmt!r}; use one of {FORMATS}")
+        _fsync_tree(tmp)
         _replace(tmp, dest)
     except BaseException:
         _remove(tmp)
@@ -188,13 +217,34 @@ def write_dataset(batches: Batches, dest: Path, fmt: Format) -> Schema | None:
     return schema
 
 
+def _not_empty(schema: Schema) -> Schema:
+    """A schema with at least one column: a shard with no rows has no inferred columns, and an
+    HF dataset without columns cannot be saved and loaded back. ``__row_key__`` is the column
+    every pipeline row has."""
+    import pyarrow as pa
+
+    if len(schema.arrow) > 0:
+        return schema
+    return Schema(pa.schema([("__row_key__", pa.string())]), schema.json_columns)
+
+
+def _fsync_tree(path: Path) -> None:
+    """Flush a written file, or every file of a written directory, to disk before the rename
+    that publishes it: after a power loss the new name must not point at missing data."""
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+    for file in files:
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def _write_jsonl(batches: Iterator[list[dict[str, Any]]], path: Path) -> None:
     opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
     with open(path, "wb") as f:
         for batch in batches:
             f.write(b"".join(orjson.dumps(r, default=str, option=opts) for r in batch))
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _write_parquet(batches: Iterator[list[dict[str, Any]]], schema: Schema, path: Path) -> None:
@@ -220,7 +270,27 @@ def _write_hf(batches: Iterator[list[dict[str, Any]]], schema: Schema, path: Pat
                 w.write_batch(to_arrow(batch, schema))
         dataset = datasets.Dataset.from_file(str(stream))
         shutil.rmtree(path)  # save_to_disk wants to create it
-        dataset.save_to_disk(str(path))
+        # No rows would make save_to_disk write zero Arrow files, which load_from_disk rejects.
+        shards = 1 if dataset.num_rows == 0 else None
+        with _quiet_datasets():  # its progress bar would garble the command's own output
+            dataset.save_to_disk(str(path), num_shards=shards)
         del dataset  # drop the memory map before the file goes
     finally:
         stream.unlink(missing_ok=True)
+
+
+@contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    from datasets.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+
+    was_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            enable_progress_bars()

@@ -1,11 +1,12 @@
 """Merging published shards into one dataset, and the ``stats`` report.
 
-A dataset's shards are ``<output_dir>/shard-<k>-of-<n>.jsonl`` (what ``run`` publishes). Unlike
-the original, a merge checks that all ``n`` shards are there and refuses an incomplete set
-unless asked (``allow_partial``): the original silently dropped missing shards. Rows are written
-in shard order and file order, which is the source order (shards are contiguous).
-``merge_dir`` also accepts HF ``save_to_disk`` shard directories (``shard-<k>-of-<n>/`` or the
-original's ``shard_<k>/``), so the original's outputs can be merged too.
+A dataset's shards are what ``run`` publishes under its ``output_dir``: ``shard-<k>-of-<n>/``
+(HF ``save_to_disk``), ``shard-<k>-of-<n>.parquet`` or ``shard-<k>-of-<n>.jsonl``, in any mix
+(a shard published before ``output_format`` changed keeps its format). Unlike the original, a
+merge checks that all ``n`` shards are there and refuses an incomplete set unless asked
+(``allow_partial``): the original silently dropped missing shards. Rows are written in shard
+order and file order, which is the source order (shards are contiguous). ``merge_dir`` also
+accepts the original's ``shard_<k>/`` directories, so its outputs can be merged too.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from mmirage.core.writer.formats import (
     Format,
     FormatError,
-    iter_hf,
-    iter_jsonl,
+    format_of,
+    iter_rows,
     target_path,
     write_dataset,
 )
@@ -30,7 +31,7 @@ from mmirage.core.writer.formats import (
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
-_JSONL = re.compile(r"^shard-(\d+)-of-(\d+)\.jsonl$")
+_FILE = re.compile(r"^shard-(\d+)-of-(\d+)\.(jsonl|parquet)$")
 _HF_DIR = re.compile(r"^shard-(\d+)-of-(\d+)$|^shard_(\d+)$")
 
 
@@ -52,10 +53,13 @@ class IncompleteShardsError(MergeError):
 class ShardFile:
     shard_id: int
     path: Path
-    kind: str  # "jsonl" or "hf"
+
+    @property
+    def kind(self) -> Format:
+        return format_of(self.path)
 
     def batches(self) -> Iterator[list[dict[str, Any]]]:
-        return iter_jsonl(self.path) if self.kind == "jsonl" else iter_hf(self.path)
+        return iter_rows(self.path)
 
 
 @dataclass
@@ -81,39 +85,45 @@ class MergeResult:
                 self.output_tokens += int(usage.get("output_tokens") or 0)
 
 
-def config_shards(output_dir: str, num_shards: int) -> tuple[list[ShardFile], list[int]]:
-    """The published shards of one dataset of the config, and the missing shard ids."""
-    base = Path(os.path.expanduser(output_dir))
+def config_shards(
+    output_dir: str, num_shards: int, output_format: Format = "hf"
+) -> tuple[list[ShardFile], list[int]]:
+    """The published shards of one dataset of the config (in ``output_format`` when a shard
+    exists in several), and the missing shard ids."""
+    from mmirage.core.shard.output import ShardOutput
+
     found: list[ShardFile] = []
     missing: list[int] = []
     for k in range(num_shards):
-        path = base / f"shard-{k}-of-{num_shards}.jsonl"
-        if path.is_file():
-            found.append(ShardFile(k, path, "jsonl"))
-        else:
+        path = ShardOutput(output_dir, k, num_shards, output_format).find_published()
+        if path is None:
             missing.append(k)
+        else:
+            found.append(ShardFile(k, path))
     return found, missing
 
 
 def dir_shards(directory: Path) -> tuple[list[ShardFile], list[int], int]:
     """Shards found directly in ``directory``: (shards, missing ids, num_shards).
 
-    JSONL wins over an HF directory of the same shard. The original's ``shard_<k>`` names carry
-    no shard count: the set is taken as complete up to the highest id seen."""
+    A file (JSONL, then Parquet) wins over an HF directory of the same shard. The original's
+    ``shard_<k>`` names carry no shard count: the set is taken as complete up to the highest id
+    seen."""
     by_id: dict[int, ShardFile] = {}
     counts: set[int] = set()
     for entry in sorted(directory.iterdir()) if directory.is_dir() else []:
         if entry.name.startswith(".") or ".tmp" in entry.name:
             continue
-        if entry.is_file() and (m := _JSONL.match(entry.name)):
+        if entry.is_file() and (m := _FILE.match(entry.name)):
             k, n = int(m[1]), int(m[2])
             counts.add(n)
-            by_id[k] = ShardFile(k, entry, "jsonl")
+            if k not in by_id or by_id[k].kind == "hf":
+                by_id[k] = ShardFile(k, entry)
         elif entry.is_dir() and (m := _HF_DIR.match(entry.name)):
             k = int(m[1] if m[1] is not None else m[3])
             if m[2] is not None:
                 counts.add(int(m[2]))
-            by_id.setdefault(k, ShardFile(k, entry, "hf"))
+            by_id.setdefault(k, ShardFile(k, entry))
     if len(counts) > 1:
         raise MergeError(
             f"{directory} holds shards of different runs (num_shards {sorted(counts)}); "
@@ -188,12 +198,11 @@ def merge_config(
     allow_partial: bool = False,
 ) -> list[MergeResult]:
     """Merge every dataset of the config. All completeness checks happen before any write."""
-    n = config.loading_params.num_shards
+    lp = config.loading_params
+    n = lp.num_shards
     plans = []
-    for ds, (name, base) in zip(
-        config.loading_params.datasets, _output_bases(config, output_root), strict=True
-    ):
-        shards, missing = config_shards(ds.output_dir, n)
+    for ds, (name, base) in zip(lp.datasets, _output_bases(config, output_root), strict=True):
+        shards, missing = config_shards(ds.output_dir, n, lp.output_format)
         if missing and not allow_partial:
             raise IncompleteShardsError(
                 name, missing, n, "run them with 'mmirage run CONFIG' (or --shard-id K)"
@@ -221,8 +230,8 @@ def merge_dir(
                 jobs.append((sub, s, m, k, root / sub.name))
     if not jobs:
         raise MergeError(
-            f"no shards in {directory} (looked for shard-K-of-N.jsonl files and shard "
-            "directories, there and one level down)"
+            f"no shards in {directory} (looked for shard-K-of-N.jsonl or .parquet files and "
+            "shard directories, there and one level down)"
         )
     for where, _, m, k, _ in jobs:
         if m and not allow_partial:
@@ -279,7 +288,7 @@ def stats_report(config: MMirageConfig) -> dict[str, Any]:
         entry["state"] = shard_state(status, config.execution_params.max_retries)
         published = []
         for ds in lp.datasets:
-            ckpt = ShardOutput(ds.output_dir, k, n).finished()
+            ckpt = ShardOutput(ds.output_dir, k, n, lp.output_format).finished()
             published.append(
                 {"output_dir": ds.output_dir, **(asdict(ckpt) if ckpt else {"complete": False})}
             )
