@@ -118,6 +118,7 @@ def make_config(tmp_path: Path, *, num_shards: int = 2, **provider: Any) -> Any:
                 ],
                 "num_shards": num_shards,
                 "batch_size": 2,
+                "output_format": "jsonl",
             },
             "processing_params": {
                 "inputs": [{"name": "q", "key": "q"}],
@@ -322,6 +323,7 @@ def test_rows_with_missing_images_fail_alone(tmp_path: Path, ledger: Path) -> No
             "processors": [{"type": "batch_api", "provider": "ledger"}],
             "loading_params": {
                 "state_dir": str(tmp_path / "state2"),
+                "output_format": "jsonl",
                 "datasets": [
                     {
                         "path": str(tmp_path / "a.jsonl"),

@@ -80,6 +80,7 @@ def make_config(tmp_path: Path, *, num_shards: int = 1, batch_size: int = 3, **p
             ],
             "num_shards": num_shards,
             "batch_size": batch_size,
+            "output_format": "jsonl",
             "state_dir": str(tmp_path / "state"),
         },
         "processing_params": {
@@ -276,6 +277,7 @@ def cli_config(tmp_path: Path, **loading: Any) -> Path:
             ],
             "num_shards": 2,
             "batch_size": 4,
+            "output_format": "jsonl",
             "state_dir": str(tmp_path / "state"),
             **loading,
         },

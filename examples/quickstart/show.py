@@ -7,16 +7,17 @@ import sys
 from pathlib import Path
 
 OUTPUT = Path("out/quickstart/data")
+MERGED = OUTPUT / "merged"
 
 if __name__ == "__main__":
-    files = sorted(OUTPUT.glob("shard-*.jsonl"))
-    if not files:
-        sys.exit(f"no published shard in {OUTPUT}: did `mmirage run` fail?")
-    rows = [json.loads(line) for f in files for line in f.read_text().splitlines()]
-    failed = sum(1 for row in rows if row.get("__errors__"))
-    where = ", ".join(str(f) for f in files)
-    print(f"\n{len(rows)} rows ({failed} failed) in {where}; two of them:")
-    if (OUTPUT / "merged").is_dir():
-        print(f"merged dataset, for datasets.load_from_disk: {OUTPUT / 'merged'}")
-    for row in rows[:2]:
+    if not MERGED.is_dir():
+        sys.exit(f"no merged dataset in {MERGED}: did `mmirage run` fail?")
+    from datasets import load_from_disk  # the original's output format
+
+    rows = load_from_disk(str(MERGED))
+    failed = sum(1 for errors in rows["__errors__"] if errors)
+    shards = sorted(p.name for p in OUTPUT.glob("shard-*"))
+    print(f"\n{len(rows)} rows ({failed} failed), shards {', '.join(shards)} in {OUTPUT}")
+    print(f"merged dataset, for datasets.load_from_disk: {MERGED}; two rows:")
+    for row in rows.select(range(min(2, len(rows)))):
         print(json.dumps({"text": row["text"], "conversations": row["conversations"]}, indent=2))

@@ -190,7 +190,7 @@ async def _arun_shard_locked(
     sources = open_datasets(lp.datasets)
     shards = plan_shard(sources, lp.num_shards, shard_id)
     offsets = source_offsets(sources)
-    outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards) for s in shards]
+    outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards, lp.output_format) for s in shards]
     _check_can_run(status, outputs, fp, shard_id, force)
     if force:  # start afresh: results and the retry budget
         for out in outputs:
