@@ -9,8 +9,9 @@ load pyarrow or datasets.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -65,21 +66,47 @@ def _report(results: list[MergeResult]) -> None:
 )
 @click.option("--allow-partial", is_flag=True, help="Merge even if some shards are missing.")
 @click.option("--format", "fmt", type=_FORMAT, default="hf", show_default=True, help=_FORMAT_HELP)
+@click.option(
+    "--output-path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="batch_api configs: the single ordered JSONL file the results are merged into.",
+)
+@click.option(
+    "--metadata-path",
+    "metadata_paths",
+    multiple=True,
+    help="batch_api configs: a receipt file to read (repeatable) [default: the config's].",
+)
+@click.option("--wait", is_flag=True, help="batch_api configs: wait until every batch ends.")
 def merge(
     config: Path | None,
     config_option: Path | None,
     output_root: Path | None,
     allow_partial: bool,
     fmt: str,
+    output_path: Path | None,
+    metadata_paths: tuple[str, ...],
+    wait: bool,
 ) -> None:
     """Merge each dataset's published shards, in order, into one dataset.
 
-    Refuses a dataset with missing shards (exit 1) unless --allow-partial.
+    Refuses a dataset with missing shards (exit 1) unless --allow-partial. With a batch_api
+    processor: fetch the finished batches and rebuild the rows into --output-path (one ordered
+    JSONL file), reporting what succeeded, failed, expired or is still running.
     """
     from mmirage.core.writer.merge import MergeError, merge_config
 
     with _user_errors_exit_2():
         cfg = _load(_config_path(config, config_option))
+    if _has_batch_api(cfg):
+        if output_path is None:
+            _fail("this config has a batch_api processor: give --output-path FILE.jsonl", 2)
+        from mmirage.batch_cli import batch_merge
+
+        sys.exit(batch_merge(cfg, output_path, metadata_paths, wait))
+    if output_path is not None or metadata_paths or wait:
+        _fail("--output-path, --metadata-path and --wait apply to batch_api configs only", 2)
     try:
         results = merge_config(
             cfg,
@@ -92,6 +119,10 @@ def merge(
     except OSError as exc:
         _os_failure(exc, "--output-root" if output_root else "merge output")
     _report(results)
+
+
+def _has_batch_api(cfg: Any) -> bool:
+    return any(p.type == "batch_api" for p in cfg.processors)
 
 
 @click.command("merge-dir")

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
@@ -156,6 +156,7 @@ class RunPlan:
     retry: bool
     force_retry: bool = False
     recompute: bool = False
+    export_prompts: str | None = None  # dry run: batch_api requests go to this path
 
 
 @dataclass
@@ -198,7 +199,13 @@ def run_one(cfg: MMirageConfig, shard_id: int, plan: RunPlan) -> ShardOutcome:
         tries += 1
         try:
             with _user_errors_exit_2():
-                report = run_shard(cfg, shard_id, force=force, reset_attempts=reset)
+                report = run_shard(
+                    cfg,
+                    shard_id,
+                    force=force,
+                    reset_attempts=reset,
+                    export_prompts=plan.export_prompts,
+                )
         except ShardConflictError as exc:
             click.echo(f"{name}: not run: {exc}", err=True)
             return ShardOutcome(shard_id, problem=str(exc))
@@ -214,6 +221,8 @@ def run_one(cfg: MMirageConfig, shard_id: int, plan: RunPlan) -> ShardOutcome:
                 continue
             return ShardOutcome(shard_id, problem=f"failed after {attempts} attempt(s): {exc}")
         click.echo(f"{name}: {_describe(report)}", err=True)
+        for note in report.notes:
+            click.echo(f"{name}: {note}", err=True)
         return ShardOutcome(shard_id, ok=True, stats=asdict(report))
 
 
@@ -473,6 +482,25 @@ def _conclude(outcomes: list[ShardOutcome], stats: bool) -> None:
     help="Discard the shards' results and compute them again (pays for every row again).",
 )
 @click.option("--stats", is_flag=True, help="Print the shards' statistics as JSON on stdout.")
+@click.option(
+    "--export-prompts",
+    "export_prompts",
+    default=None,
+    metavar="PATH",
+    help="batch_api dry run: write every request to PATH (X.jsonl → X.<run_id>.jsonl, any "
+    "other path is a directory) instead of submitting; no key needed.",
+)
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="batch_api: after submitting, wait for the batches and merge into --output-path.",
+)
+@click.option(
+    "--output-path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --wait: the merged JSONL file.",
+)
 def run(
     config: Path | None,
     config_option: Path | None,
@@ -480,6 +508,9 @@ def run(
     force_retry: bool,
     recompute: bool,
     stats: bool,
+    export_prompts: str | None,
+    wait: bool,
+    output_path: Path | None,
 ) -> None:
     """Run the pipeline's shards here; finished ones are skipped.
 
@@ -496,15 +527,58 @@ def run(
         _fail(f"--shard-id {shard_id} is out of range: num_shards is {lp.num_shards}", 2)
     chosen = shard_id if shard_id is not None else lp.shard_id
     shards = [chosen] if chosen is not None else list(range(lp.num_shards))
+    batch = any(p.type == "batch_api" for p in cfg.processors)
+    if wait and (not batch or output_path is None):
+        _fail("--wait needs a batch_api processor and --output-path FILE.jsonl", 2)
+    _share_run_id()
     _sigterm_as_exit()
     _die_with_parent()
+    plan = RunPlan(retry=ep.retry or force_retry, force_retry=force_retry, recompute=recompute)
+    if export_prompts is not None:
+        _conclude(_export_prompts(cfg, shards, plan, export_prompts), stats)
+        return
     with _user_errors_exit_2():
         _check_dirs(cfg)
-    plan = RunPlan(retry=ep.retry or force_retry, force_retry=force_retry, recompute=recompute)
     _conclude(run_shards(cfg, path, shards, plan, "run"), stats)
-    if ep.merge and len(shards) == lp.num_shards:
+    if wait and output_path is not None:
+        from mmirage.batch_cli import batch_check, batch_merge
+
+        code = batch_check(cfg, path, wait=True)
+        sys.exit(code or batch_merge(cfg, output_path, wait=True))
+    if ep.merge and len(shards) == lp.num_shards and not batch:
         # The whole pipeline ran here: merge it, as `mmirage merge CONFIG` would.
         _merge_after_run(cfg)
+
+
+def _share_run_id() -> None:
+    """One run id for this invocation, inherited by the shard processes it starts (their
+    receipts and exports then share it)."""
+    from mmirage.core.shard.runner import current_run_id
+
+    os.environ["MMIRAGE_RUN_ID"] = current_run_id()
+
+
+def _export_prompts(
+    cfg: MMirageConfig, shards: list[int], plan: RunPlan, export_path: str
+) -> list[ShardOutcome]:
+    """The dry run: shards run here, one after another, on a throwaway copy of their state
+    (nothing a real run would trust), and the requests land in the export file."""
+    import tempfile
+
+    from mmirage.core.process.batch.dry_run import check_dry_run_allowed, dry_run_config
+    from mmirage.core.process.batch.processor import export_file
+    from mmirage.core.shard.runner import current_run_id
+
+    with _user_errors_exit_2():
+        check_dry_run_allowed(cfg)
+    target = export_file(export_path, current_run_id())
+    with tempfile.TemporaryDirectory(prefix="mmirage-dry-run-") as tmp:
+        dry = dry_run_config(cfg, Path(tmp))
+        plan = replace(plan, retry=False, export_prompts=export_path)
+        outcomes = [run_one(dry, k, plan) for k in shards]
+    if all(o.ok for o in outcomes):
+        click.echo(f"exported the requests to {target}", err=True)
+    return outcomes
 
 
 def _merge_after_run(cfg: MMirageConfig) -> None:
@@ -530,14 +604,25 @@ def _merge_after_run(cfg: MMirageConfig) -> None:
 @click.option("--shard-id", type=click.IntRange(min=0), default=None, help="Retry only this shard.")
 @click.option("--stats", is_flag=True, help="Add the retried shards' statistics to the JSON.")
 @click.option("-y", "--yes", is_flag=True, hidden=True, help="Accepted for compatibility.")
+@click.option(
+    "--only-retryable",
+    is_flag=True,
+    help="batch_api: resubmit only requests whose error the provider marks retryable.",
+)
 def retry(
-    config: Path | None, config_option: Path | None, shard_id: int | None, stats: bool, yes: bool
+    config: Path | None,
+    config_option: Path | None,
+    shard_id: int | None,
+    stats: bool,
+    yes: bool,
+    only_retryable: bool,
 ) -> None:
     """Rerun the shards that did not succeed (failed, dead while running, or never run).
 
     Each gets at most execution_params.max_retries retries in all (status.json counts its
     attempts); succeeded shards are skipped. Prints the summary JSON; exits 0 only when every
-    shard has succeeded.
+    shard has succeeded. With a batch_api processor, then resubmits the requests that failed,
+    expired, were canceled or are missing from ended batches (a later merge takes them).
     """
     from mmirage.core.shard.state import EXHAUSTED, FAILED, MISSING, STALE, UNKNOWN
 
@@ -570,6 +655,10 @@ def retry(
         _fail("a shard stopped on a configuration problem (see above)", 2)
     if summary["successful"] != summary["total"]:
         _fail(f"{summary['total'] - summary['successful']} shard(s) have not succeeded", 1)
+    if any(p.type == "batch_api" for p in cfg.processors):
+        from mmirage.batch_cli import batch_retry
+
+        sys.exit(batch_retry(cfg, only_retryable))
     if not todo:
         click.echo("All shards already succeeded.", err=True)
 
@@ -641,16 +730,45 @@ def _print_table(lines: list[list[str]]) -> None:
 
 @click.command("check")
 @_config_params
-def check(config: Path | None, config_option: Path | None) -> None:
+@click.option(
+    "--metadata-path",
+    "metadata_paths",
+    multiple=True,
+    help="batch_api configs: a receipt file to check (repeatable) [default: the config's].",
+)
+@click.option("--wait", is_flag=True, help="batch_api configs: poll until every batch has ended.")
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Seconds between polls with --wait [default: execution_params.poll_interval_seconds].",
+)
+def check(
+    config: Path | None,
+    config_option: Path | None,
+    metadata_paths: tuple[str, ...],
+    wait: bool,
+    poll_interval: float | None,
+) -> None:
     """Show every shard's state as a table, then a summary; exit 0 only when all succeeded.
 
     ATTEMPTS is attempts made / allowed (1 + max_retries); a running shard whose heartbeat is
     old, or whose process is gone, is "stale" and will be rerun by 'mmirage retry'.
+
+    With a batch_api processor: the provider status of every submitted batch instead, then
+    the summary per provider; exit 1 only when a batch failed at the provider.
     """
     from mmirage.core.shard.state import SUCCESS, read_status, shard_state, status_path
 
+    path = _config_path(config, config_option)
     with _user_errors_exit_2():
-        cfg = _load(_config_path(config, config_option))
+        cfg = _load(path)
+    if any(p.type == "batch_api" for p in cfg.processors):
+        from mmirage.batch_cli import batch_check
+
+        sys.exit(batch_check(cfg, path, metadata_paths, wait, poll_interval))
+    if metadata_paths or wait or poll_interval is not None:
+        _fail("--metadata-path, --wait and --poll-interval apply to batch_api configs only", 2)
     n, max_retries = cfg.loading_params.num_shards, cfg.execution_params.max_retries
     lines = [list(_CHECK_HEADER)]
     counts: dict[str, int] = {}

@@ -84,6 +84,7 @@ class ShardReport:
     resumed_rows: int = 0  # rows found done by an earlier, interrupted attempt
     runtime_seconds: float = 0.0
     published: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # processors' summaries (cost estimates...)
 
     def add(self, ckpt: Checkpoint) -> None:
         for name in _COUNTERS:
@@ -402,7 +403,9 @@ async def _run_dataset(
         for proc in procs.values():
             finish = getattr(proc, "finish", None)
             if finish is not None:
-                await finish()
+                note = await finish()
+                if note:
+                    report.notes.append(note)
         out.publish(ckpt)
     finally:
         for _, task in in_flight:

@@ -121,20 +121,21 @@ class BatchApiProcessor:
                 self._submit_later(modality, chunk)
         return results
 
-    async def finish(self) -> None:
-        """Submit every chunk still open or pending; raise if any submission failed."""
+    async def finish(self) -> str | None:
+        """Submit every chunk still open or pending; raise if any submission failed. Returns
+        the cost estimate of what this dataset submitted (or exported)."""
         for modality, spool in self._spools.items():
             for chunk in spool.close():
                 self._submit_later(modality, chunk)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._raise_if_failed()
-        if self.spooled_bytes:
-            model = str(getattr(self.provider_config, "model", self.provider_config.provider))
-            estimate = estimate_submission(model, self.spooled_bytes)
-            verb = "exported" if self.dry_run else "submitted"
-            logger.info("shard %d %s %s", self.context.shard_id, verb, estimate.describe())
-            self.spooled_bytes = 0
+        if not self.spooled_bytes:
+            return None
+        model = str(getattr(self.provider_config, "model", self.provider_config.provider))
+        estimate = estimate_submission(model, self.spooled_bytes)
+        self.spooled_bytes = 0
+        return f"{'exported' if self.dry_run else 'submitted'} {estimate.describe()}"
 
     async def aclose(self) -> None:
         for task in self._tasks:
