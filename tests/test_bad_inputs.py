@@ -401,11 +401,6 @@ def test_usage_error_exits_2_with_one_error_line(
 DEBUG_CASES = ["wrong_type", "missing_dataset_path", "custom_script_missing", "invalid_yaml"]
 
 
-@pytest.mark.xfail(
-    reason="with --log-level DEBUG a config error re-raises out of click: the traceback is "
-    "shown (good) but the exit code becomes 1 instead of 2 (run_cli._user_errors_exit_2)",
-    strict=True,
-)
 @pytest.mark.parametrize("case_id", DEBUG_CASES)
 def test_debug_shows_the_traceback_and_keeps_exit_2(case_id: str, tmp_path: Path) -> None:
     case = next(c for c in CONFIG_CASES if c.id == case_id)
@@ -538,11 +533,6 @@ def test_bad_row_is_published_with_its_reason(case: RowCase, tmp_path: Path) -> 
         assert rows[i]["loud"] == rows[i]["text"].upper()
 
 
-@pytest.mark.xfail(
-    reason="a run whose rows failed exits 0 and stderr only counts them ('N rows (k failed)'): "
-    "expected exit 1 (work failed) and one sentence naming the file/line/field",
-    strict=True,
-)
 @pytest.mark.parametrize("case", ROW_CASES[:3], ids=lambda c: c.id)
 def test_bad_row_fails_the_run_with_one_sentence(case: RowCase, tmp_path: Path) -> None:
     setup_dir(tmp_path, case.config, case.data)

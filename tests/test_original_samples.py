@@ -48,6 +48,15 @@ def read_jsonl(path: Path) -> list[Row]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+# The spec's three steps: submit, follow the batches, merge into one ordered JSONL file.
+BATCH_COMMANDS = [
+    ["run"],
+    ["check", "--wait", "--poll-interval", "0.2"],
+    ["merge", "--output-path", "{merged}"],
+]
+BATCH_META = {"input_tokens", "output_tokens"}
+
+
 # -- what each sample must publish -----------------------------------------------------------
 
 
@@ -126,31 +135,31 @@ RUNNABLE: dict[str, Sample] = {
     # The batch_api recipes: submit through the emulator's batch API, then merge.
     "config_mock_openai_batch.yaml": Sample(
         TEXT,
-        "tests/output/data_openai_batch/merged",
+        "tests/output/data_openai_batch/merged.jsonl",
         {"conversations"},
         check_conversations,
-        commands=[["run"], ["merge"]],
+        commands=BATCH_COMMANDS,
     ),
     "config_mock_anthropic_batch.yaml": Sample(
         TEXT,
-        "tests/output/data_anthropic_batch/merged",
+        "tests/output/data_anthropic_batch/merged.jsonl",
         {"conversations"},
         check_conversations,
-        commands=[["run"], ["merge"]],
+        commands=BATCH_COMMANDS,
     ),
     "config_mock_openai_batch_vision.yaml": Sample(
         VISION,
-        "tests/output/data_openai_batch_vision/merged",
+        "tests/output/data_openai_batch_vision/merged.jsonl",
         {"image", "caption"},
         check_caption,
-        commands=[["run"], ["merge"]],
+        commands=BATCH_COMMANDS,
     ),
     "config_mock_anthropic_batch_vision.yaml": Sample(
         VISION,
-        "tests/output/data_anthropic_batch_vision/merged",
+        "tests/output/data_anthropic_batch_vision/merged.jsonl",
         {"image", "caption"},
         check_caption,
-        commands=[["run"], ["merge"]],
+        commands=BATCH_COMMANDS,
     ),
 }
 
@@ -163,12 +172,7 @@ SKIPPED = {
     "config_image_gen_sglang.yaml": _NO_IMAGE_GEN,
     "config_mock_image_gen_local.yaml": _NO_IMAGE_GEN,
 }
-_NO_BATCH_COLLECT = (
-    "batch_api: `mmirage run` submits and publishes '__BATCH_SUBMITTED__:<id>' placeholders, "
-    "but `mmirage merge` does not yet fetch the batch results and fill them in (the batch "
-    "check/merge path of the next issue), so the merged rows hold placeholders"
-)
-XFAILED = {name: _NO_BATCH_COLLECT for name in RUNNABLE if "_batch" in name}
+XFAILED: dict[str, str] = {}
 
 
 def _params() -> list[Any]:
@@ -241,22 +245,29 @@ def test_sample_runs_end_to_end(name: str, emulator: Any, tmp_path: Path) -> Non
     }
     env.pop("SLURM_ARRAY_TASK_ID", None)
 
+    batch = sample.commands is BATCH_COMMANDS
     for args in sample.commands:
+        args = [a.format(merged=root / sample.merged) for a in args]
         done = mmirage(*args, str(config), cwd=root, env=env)
         assert done.returncode == 0, f"mmirage {' '.join(args)}: {done.stderr}"
         assert "Traceback" not in done.stderr
     check = mmirage("check", str(config), cwd=root, env=env)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert f"{sample.shards} shard(s): {sample.shards} success" in check.stdout
+    if batch:  # check reports the provider's batches instead of the shards
+        assert "------------ Batch status summary ------------" in check.stdout
+        assert "in_progress" not in check.stdout
+        rows = read_jsonl(root / sample.merged)
+        columns = set(rows[0]) if rows else set()
+        assert columns == sample.columns | META | BATCH_META
+    else:
+        assert f"{sample.shards} shard(s): {sample.shards} success" in check.stdout
+        import datasets
 
-    import datasets
-
-    merged = datasets.load_from_disk(str(root / sample.merged))
+        merged = datasets.load_from_disk(str(root / sample.merged))
+        assert set(merged.column_names) == sample.columns | META
+        rows = list(merged)
     source = _source_rows(root, sample)
-    assert merged.num_rows == len(source)
-    # __vars__ (the variables a batch row is re-rendered from) may ride along.
-    assert set(merged.column_names) - {"__vars__"} == sample.columns | META
-    rows = list(merged)
+    assert len(rows) == len(source)
     for index, (row, src) in enumerate(zip(rows, source, strict=True)):
         assert row["__errors__"] is None, row
         assert PLACEHOLDER not in json.dumps(row), row  # every value is a real result

@@ -44,9 +44,20 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from llm_kit.errors import ConfigError as KitConfigError  # missing API key, bad options
     from mmirage.config.errors import ConfigError
     from mmirage.core.loader import DataError
+    from mmirage.core.process.batch.adapter import MissingCredentialsError
+    from mmirage.core.process.batch.registry import UnknownBatchAdapterError
+    from mmirage.core.process.batch.spool import OversizedRequestError
     from mmirage.core.shard.state import UnusableDirError
 
-    return (ConfigError, DataError, UnusableDirError, KitConfigError)
+    return (
+        ConfigError,
+        DataError,
+        UnusableDirError,
+        KitConfigError,
+        MissingCredentialsError,
+        UnknownBatchAdapterError,
+        OversizedRequestError,
+    )
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -64,8 +75,10 @@ def _user_errors_exit_2() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if not isinstance(exc, _user_errors()) or _debug():
+        if not isinstance(exc, _user_errors()):
             raise
+        if _debug():
+            logging.getLogger(__name__).exception("the traceback (--log-level DEBUG)")
         _fail(str(exc), 2)
 
 
@@ -460,12 +473,27 @@ def _conclude(outcomes: list[ShardOutcome], stats: bool) -> None:
         click.echo(json.dumps(_stats_json(reports), indent=2))
     bad = [o for o in outcomes if not o.ok]
     if not bad:
+        _fail_on_failed_rows(outcomes)
         return
     for o in bad:
         click.echo(f"shard {o.shard_id}: {o.problem}", err=True)
     ids = [o.shard_id for o in bad]
     code = 2 if any(o.user_error for o in bad) else 1
     _fail(f"{len(bad)} of {len(outcomes)} shard(s) did not succeed: {ids}", code)
+
+
+def _fail_on_failed_rows(outcomes: list[ShardOutcome]) -> None:
+    """Every shard finished, but a row that failed is work that failed: exit 1, naming one."""
+    reports = [o.stats for o in outcomes if o.stats]
+    failed = sum(int(r.get("rows_failed") or 0) for r in reports)
+    if not failed:
+        return
+    first = next((r["first_row_error"] for r in reports if r.get("first_row_error")), None)
+    example = f" (first: {first})" if first else ""
+    _fail(
+        f"{failed} row(s) failed{example}; each is published with its reason in __errors__",
+        1,
+    )
 
 
 @click.command("run")

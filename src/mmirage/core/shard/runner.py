@@ -85,6 +85,7 @@ class ShardReport:
     runtime_seconds: float = 0.0
     published: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # processors' summaries (cost estimates...)
+    first_row_error: str | None = None  # "<row key>: <reason>" of this run's first failed row
 
     def add(self, ckpt: Checkpoint) -> None:
         for name in _COUNTERS:
@@ -377,7 +378,11 @@ async def _run_dataset(
         out.append(records)
         ckpt.rows_done += len(records)
         for rec in records:
-            ckpt.rows_failed += rec[ERRORS] is not None
+            if rec[ERRORS] is not None:
+                ckpt.rows_failed += 1
+                if report.first_row_error is None:
+                    where, why = next(iter(rec[ERRORS].items()))
+                    report.first_row_error = f"row {rec[ROW_KEY]} ({where}): {why}"
             ckpt.input_tokens += rec[USAGE]["input_tokens"]
             ckpt.output_tokens += rec[USAGE]["output_tokens"]
         ckpt.range_index, last = group[-1][0], group[-1][1]
