@@ -107,7 +107,6 @@ def config_data(
             "datasets": [write_dataset(tmp_path, n, rows) for n, rows in SIZES.items()],
             "num_shards": num_shards,
             "batch_size": 4,
-            "output_format": "jsonl",
             "state_dir": str(tmp_path / "state"),
             "output_format": output_format,
         },

@@ -88,7 +88,6 @@ def write_pipeline(root: Path, name: str, num_shards: int, base_url: str) -> Pat
             "num_shards": num_shards,
             "batch_size": GROUP,
             "output_format": "jsonl",
-            "output_format": "jsonl",
         },
         "processing_params": {
             "inputs": [{"name": "id", "key": "id"}, {"name": "text", "key": "text"}],
