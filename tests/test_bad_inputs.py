@@ -542,3 +542,14 @@ def test_bad_row_fails_the_run_with_one_sentence(case: RowCase, tmp_path: Path) 
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, done.stderr
     assert all(fragment in errors[0] for fragment in case.expected), errors[0]
+
+
+def test_on_bad_row_fail_stops_at_the_first_malformed_line(tmp_path: Path) -> None:
+    config = copy.deepcopy(BASE)
+    config["loading_params"]["on_bad_row"] = "fail"
+    setup_dir(tmp_path, config, _lines({"text": "a"}, '{"text": "b"', {"text": "c"}))
+    done = mmirage("run", CONFIG, cwd=tmp_path)
+    assert_no_traceback(done.stderr)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "line 2" in errors[0] and "data.jsonl" in errors[0], done.stderr

@@ -251,6 +251,18 @@ def test_a_changed_config_is_refused(tmp_path: Path) -> None:
         run_shard(changed, 0, processors=procs(FakeProcessor()))
 
 
+def test_a_changed_model_is_refused_but_pacing_is_not(tmp_path: Path) -> None:
+    run_shard(make_config(tmp_path), 0, processors=procs(FakeProcessor()))
+    paced = make_config(tmp_path)
+    paced.processors[0].rpm = 60  # how fast, not what: the finished shard stays finished
+    paced.processors[0].worker_concurrency = 3
+    assert run_shard(paced, 0, processors=procs(FakeProcessor())).skipped
+    other_model = make_config(tmp_path)
+    other_model.processors[0].model = "another-model"
+    with pytest.raises(ShardConflictError, match="model/sampling/function changed"):
+        run_shard(other_model, 0, processors=procs(FakeProcessor()))
+
+
 # -- the CLI, with the real custom processor --------------------------------------------------
 
 

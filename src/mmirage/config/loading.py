@@ -58,6 +58,9 @@ class LoadingParams:
     # How each published shard is written (the part files stay JSONL): "hf", the original's
     # save_to_disk directory, loadable with datasets.load_from_disk; or one JSONL/Parquet file.
     output_format: Annotated[Literal["hf", "jsonl", "parquet"], BeforeValidator(_lower)] = "hf"
+    # A malformed input row (bad JSON line, not an object): "skip" publishes it as a failed
+    # row naming file and line, and goes on; "fail" stops the shard at the first one.
+    on_bad_row: Annotated[Literal["skip", "fail"], BeforeValidator(_lower)] = "skip"
 
     def __post_init__(self) -> None:
         if not self.datasets:

@@ -256,8 +256,8 @@ def _check_can_run(
     if stale:
         raise ShardConflictError(
             f"shard {shard_id} has results from a different configuration (inputs, outputs, "
-            "output_schema or datasets changed); rerun with --recompute to recompute it, "
-            "or restore the previous configuration"
+            "output_schema, datasets or a processor's model/sampling/function changed); "
+            "rerun with --recompute to recompute it, or restore the previous configuration"
         )
 
 
@@ -303,8 +303,11 @@ def _stats(report: ShardReport) -> dict[str, Any]:
 Item = Row | BadRow
 
 
-def _items(shard: DatasetShard, ckpt: Checkpoint) -> Iterator[tuple[int, Item]]:
-    """The shard's rows from the checkpoint's cursor on, unreadable rows in their place."""
+def _items(
+    shard: DatasetShard, ckpt: Checkpoint, on_bad_row: Any = "skip"
+) -> Iterator[tuple[int, Item]]:
+    """The shard's rows from the checkpoint's cursor on, unreadable rows in their place
+    (``on_bad_row="fail"``: the loader raises ``DataError`` at the first one instead)."""
     bad: list[BadRow] = []
     for index, r in enumerate(shard.ranges):
         if index < ckpt.range_index:
@@ -313,7 +316,7 @@ def _items(shard: DatasetShard, ckpt: Checkpoint) -> Iterator[tuple[int, Item]]:
         if index == ckpt.range_index and ckpt.next_row_id is not None:
             start = ckpt.next_row_id
         rows = shard.source.iter_rows(
-            start, r.stop, split=r.split, on_bad_row="skip", bad_rows=bad.append
+            start, r.stop, split=r.split, on_bad_row=on_bad_row, bad_rows=bad.append
         )
         for row in rows:
             yield from ((index, b) for b in bad)  # reported before the row that follows them
@@ -394,7 +397,7 @@ async def _run_dataset(
 
     group: list[tuple[int, Item]] = []
     try:
-        for entry in _items(shard, ckpt):
+        for entry in _items(shard, ckpt, config.loading_params.on_bad_row):
             group.append(entry)
             if len(group) >= group_rows:
                 start(group)

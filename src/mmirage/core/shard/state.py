@@ -156,8 +156,44 @@ def pipeline_id(config: MMirageConfig) -> str:
     return f"pipeline-{_digest([dirs, lp.num_shards])}"
 
 
+# Processor fields that change how rows are computed, not what comes out: pacing, retries,
+# timeouts, pools, chunking and bookkeeping. Everything else (model, server, sampling, script,
+# function, fallback...) is part of the fingerprint.
+_OPERATIONAL = frozenset(
+    {
+        "name",
+        "rpm",
+        "tpm",
+        "worker_concurrency",
+        "input_buffer_size",
+        "max_retries",
+        "request_timeout",
+        "timeout_ms",
+        "max_timeouts",
+        "max_errors",
+        "max_workers",
+        "start_method",
+        "max_chunk_bytes",
+        "max_requests_per_chunk",
+        "metadata_output_path",
+        "oversized_request_policy",
+        "completion_window",
+        "timeout_seconds",
+        "metadata",
+        "price_per_mtok",
+    }
+)
+
+
+def _results_relevant(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _results_relevant(v) for k, v in value.items() if k not in _OPERATIONAL}
+    return value
+
+
 def fingerprint(config: MMirageConfig) -> str:
-    """Changes when the rows a shard produces would change (not for rpm, retries, SLURM...)."""
+    """Changes when the rows a shard produces would change: inputs, outputs, schema, data and
+    the processors' models, sampling and functions (not rpm, retries, SLURM...)."""
     pp, lp = config.processing_params, config.loading_params
     return _digest(
         {
@@ -167,6 +203,7 @@ def fingerprint(config: MMirageConfig) -> str:
             "remove_columns": pp.remove_columns,
             "datasets": _plain(lp.datasets),
             "num_shards": lp.num_shards,
+            "processors": [_results_relevant(_plain(p)) for p in config.processors],
         }
     )
 
