@@ -10,7 +10,7 @@ two-line prompt, provider openai, ``max_requests_per_chunk: 50000``, ``batch_siz
 3. ``mmirage merge --output-path`` of the 1M results: rows/s and peak RSS (≥ 20,000, ≤ 500 MB).
 
 Every command runs as its own process; its peak RSS comes from ``wait4``.
-Usage: python benchmarks/mmirage_batch.py [--rows 1000000] [--small 100000]
+Usage: python benchmarks/mmirage_batch.py [--rows 1000000] [--small 100000] [--export-only]
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--small", type=int, default=100_000)
+    parser.add_argument("--export-only", action="store_true", help="skip submission and merge")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     with tempfile.TemporaryDirectory(prefix="bench-mmirage-batch-") as tmp:
@@ -118,6 +119,8 @@ def main() -> None:
             ],
         )
 
+        if args.export_only:
+            return
         workdir = root / "submit"
         workdir.mkdir()
         write_rows(workdir / "data.jsonl", args.rows)

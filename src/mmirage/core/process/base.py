@@ -19,7 +19,8 @@ class OutputRequest:
     output_name: str
     prompt: str | None  # the rendered prompt (None for custom outputs)
     image_urls: list[str] = field(default_factory=list)
-    variables: dict[str, Any] = field(default_factory=dict)  # inputs and earlier outputs
+    # Inputs and earlier outputs: the row's own dict, read-only for processors.
+    variables: dict[str, Any] = field(default_factory=dict)
     row: dict[str, Any] = field(default_factory=dict)  # the raw source row
     # The row's position over all datasets and splits, in config order: unique in the pipeline.
     source_index: int = 0

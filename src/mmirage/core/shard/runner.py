@@ -455,6 +455,9 @@ class _BatchWorker:
         self.extractor = VariableExtractor(pp.inputs, image_base_path=shard.source.image_base_path)
         self.image_names = [i.name for i in pp.inputs if i.type == "image"]
         self.renderer = OutputRenderer(pp.output_schema, remove_columns=pp.remove_columns)
+        # The schema's batch_api variables: only their placeholders call for __vars__.
+        batch = {o.name for o in pp.outputs if o.type == "batch_api"}
+        self.batch_outputs = [n for n in self.renderer.variables if n in batch]
 
     def _key(self, item: Item) -> str:
         return f"{self.shard.dataset_index}:{item.split or ''}:{item.row_id}"
@@ -508,7 +511,7 @@ class _BatchWorker:
             images = image_urls(w.variables, self.image_names) if template is not None else []
             requests.append(
                 OutputRequest(
-                    w.key, output.name, prompt, images, dict(w.variables), w.row, w.source_index
+                    w.key, output.name, prompt, images, w.variables, w.row, w.source_index
                 )
             )
             sent.append(w)
@@ -554,9 +557,8 @@ class _BatchWorker:
     def _meta(self, w: _RowWork) -> dict[str, Any]:
         usage = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens}
         meta: dict[str, Any] = {ROW_KEY: w.key, ERRORS: w.errors or None, USAGE: usage}
-        pending = {n: w.variables[n] for n in self.renderer.variables if n in w.variables}
-        if any(is_placeholder(v) for v in pending.values()):
-            meta[VARS] = pending
+        if any(is_placeholder(w.variables.get(n)) for n in self.batch_outputs):
+            meta[VARS] = {n: w.variables[n] for n in self.renderer.variables if n in w.variables}
         return meta
 
 

@@ -50,7 +50,10 @@ def dry_run_config(config: MMirageConfig, workdir: Path) -> MMirageConfig:
         dataclasses.replace(d, output_dir=str(workdir / f"dataset-{i}"))
         for i, d in enumerate(lp.datasets)
     ]
-    loading = dataclasses.replace(lp, datasets=datasets, state_dir=str(workdir / "state"))
+    # JSONL: publishing the throwaway shards is then a rename, not a conversion.
+    loading = dataclasses.replace(
+        lp, datasets=datasets, state_dir=str(workdir / "state"), output_format="jsonl"
+    )
     return dataclasses.replace(config, processors=processors, loading_params=loading)
 
 

@@ -60,7 +60,9 @@ class ChunkSpool:
     max_bytes: int
     max_requests: int | None
     policy: str = "isolate"
-    spooled: set[str] = field(default_factory=set)  # custom_ids already on disk (resume)
+    # custom_ids an earlier, interrupted run spooled (filled by recover(); a run never spools
+    # a row twice itself, so new ids are not kept: memory stays O(1) in rows)
+    spooled: set[str] = field(default_factory=set)
     _open: SpooledChunk | None = None
     _next: int = 1
 
@@ -117,7 +119,6 @@ class ChunkSpool:
                 self._write([line], [f"{custom_id}\t{source_index}\t{dataset}\n"])
                 chunk.count, chunk.bytes = 1, size
                 closed += self._close("oversized_request")
-                self.spooled.add(custom_id)
                 continue
             current = self._open
             if current is not None and (
@@ -134,7 +135,6 @@ class ChunkSpool:
             ids.append(f"{custom_id}\t{source_index}\t{dataset}\n")
             self._open.count += 1
             self._open.bytes += size
-            self.spooled.add(custom_id)
         self._write(lines, ids)
         return closed
 
