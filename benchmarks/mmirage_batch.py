@@ -56,6 +56,7 @@ loading_params:
       output_dir: {workdir}/shards
   num_shards: 1
   batch_size: 512
+  output_format: jsonl  # what the dry run publishes too; merge writes the final JSONL anyway
 processing_params:
   inputs:
     - name: question
