@@ -555,6 +555,12 @@ def run(
         _fail(f"--shard-id {shard_id} is out of range: num_shards is {lp.num_shards}", 2)
     chosen = shard_id if shard_id is not None else lp.shard_id
     shards = [chosen] if chosen is not None else list(range(lp.num_shards))
+    if ep.mode == "slurm" and shard_id is None and export_prompts is None:
+        click.echo(
+            "warning: mode: slurm — this build has no SLURM executor yet; running the shards "
+            "here (a SLURM array task would run 'mmirage run CONFIG --shard-id K')",
+            err=True,
+        )
     batch = any(p.type == "batch_api" for p in cfg.processors)
     if wait and (not batch or output_path is None):
         _fail("--wait needs a batch_api processor and --output-path FILE.jsonl", 2)
