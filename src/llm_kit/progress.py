@@ -19,8 +19,16 @@ from rich.progress import (
 class ProgressBar:
     """``with ProgressBar(total) as bar: bar.advance(ok)``; a no-op when disabled."""
 
-    def __init__(self, total: int | None, *, enabled: bool, description: str = "items") -> None:
-        self.failed = 0
+    def __init__(
+        self,
+        total: int | None,
+        *,
+        enabled: bool,
+        description: str = "items",
+        completed: int = 0,
+        failed: int = 0,
+    ) -> None:
+        self.failed = failed  # ``completed``/``failed``: already done by an earlier run
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         if enabled:
@@ -36,14 +44,19 @@ class ProgressBar:
                 console=Console(stderr=True),
                 transient=False,
             )
-            self._task = self._progress.add_task(description, total=total, failed=0, rate="")
+            self._task = self._progress.add_task(
+                description, total=total, completed=completed, failed=failed, rate=""
+            )
 
     def advance(self, ok: bool) -> None:
+        self.add(1, 0 if ok else 1)
+
+    def add(self, done: int, failed: int = 0) -> None:
+        """``done`` more items, ``failed`` of them failed."""
         if self._progress is None or self._task is None:
             return
-        if not ok:
-            self.failed += 1
-        self._progress.advance(self._task)
+        self.failed += failed
+        self._progress.advance(self._task, done)
         task = self._progress.tasks[0]
         speed = task.speed
         self._progress.update(
@@ -51,9 +64,18 @@ class ProgressBar:
         )
 
     def __enter__(self) -> ProgressBar:
+        self.start()
+        return self
+
+    def start(self) -> None:
+        """Start drawing (``__enter__`` for callers that cannot use ``with``)."""
         if self._progress is not None:
             self._progress.start()
-        return self
+
+    def close(self) -> None:
+        """Stop drawing (``__exit__`` for callers that cannot use ``with``)."""
+        if self._progress is not None:
+            self._progress.stop()
 
     def __exit__(
         self,

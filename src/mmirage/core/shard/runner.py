@@ -30,11 +30,14 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llm_kit.progress import ProgressBar
 from mmirage.core.loader import (
     BadRow,
     DatasetShard,
@@ -164,7 +167,6 @@ def current_run_id() -> str:
     processes), else six hex digits drawn once per process."""
     global _RUN_ID
     if _RUN_ID is None:
-        import os
         import uuid
 
         _RUN_ID = os.environ.get("MMIRAGE_RUN_ID") or uuid.uuid4().hex[:6]
@@ -338,6 +340,12 @@ def source_offsets(sources: list[DatasetSource]) -> dict[tuple[int, str | None],
     return offsets
 
 
+def _show_progress() -> bool:
+    """A progress bar (rows, failures, rows/s, ETA) when a person watches stderr; never in
+    logs, pipes or the children of a parallel run (their parent shows one status line)."""
+    return sys.stderr.isatty() and os.environ.get("MMIRAGE_PROGRESS", "1") != "0"
+
+
 def _journal_path(out: ShardOutput) -> Any:
     return out.part.with_name(out.part.name.removesuffix(".jsonl") + ".journal.jsonl")
 
@@ -364,6 +372,13 @@ async def _run_dataset(
     report.resumed_rows += ckpt.rows_done
     journal = ResultJournal(_journal_path(out), fp)
     journal.open()
+    bar = ProgressBar(
+        shard.num_rows,
+        enabled=_show_progress(),
+        description=f"shard {shard.shard_id} · dataset {shard.dataset_index}",
+        completed=ckpt.rows_done,
+        failed=ckpt.rows_failed,
+    )
     worker = _BatchWorker(config, shard, offsets, procs, journal)
     # Two groups in flight: the next one is read and rendered while the current one's requests
     # are out, so request slots never idle during the CPU work between groups. (Concurrency
@@ -392,11 +407,13 @@ async def _run_dataset(
         ckpt.next_row_id = last.row_id + 1
         out.checkpoint(ckpt)
         journal.settle([rec[ROW_KEY] for rec in records])
+        bar.add(len(records), sum(rec[ERRORS] is not None for rec in records))
         status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in _COUNTERS})
         status.beat()
 
     group: list[tuple[int, Item]] = []
     try:
+        bar.start()
         for entry in _items(shard, ckpt, config.loading_params.on_bad_row):
             group.append(entry)
             if len(group) >= group_rows:
@@ -416,6 +433,7 @@ async def _run_dataset(
                     report.notes.append(note)
         out.publish(ckpt)
     finally:
+        bar.close()
         for _, task in in_flight:
             task.cancel()
         journal.close(remove=ckpt.complete)
