@@ -787,12 +787,6 @@ def mistral_setup(tmp_path: Path, emu: EmulatorHandle) -> tuple[Setup, dict[str,
     return made, env
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="MMIRAGE_BATCH_PROVIDERS is imported only by collector.AdapterPool, after the config "
-    "is loaded: the loader (mmirage.config.loader, via run_cli._load) refuses 'provider: mistral' "
-    "as an unknown provider before any plugin is imported, for run, check and merge alike",
-)
 def test_custom_provider_registered_by_MMIRAGE_BATCH_PROVIDERS_runs_with_the_plain_cli(
     emulators: Emulators, tmp_path: Path
 ) -> None:

@@ -242,10 +242,10 @@ def run_one(cfg: MMirageConfig, shard_id: int, plan: RunPlan) -> ShardOutcome:
 def _describe(report: ShardReport) -> str:
     what = "already done, skipped" if report.skipped else f"done in {report.runtime_seconds:.1f}s"
     resumed = f", resumed after {report.resumed_rows}" if report.resumed_rows else ""
-    return (
-        f"{what}: {report.rows_done} rows ({report.rows_failed} failed{resumed}), tokens "
-        f"{report.input_tokens} in / {report.output_tokens} out"
-    )
+    # Batch outputs have no tokens until merge: say nothing rather than a misleading zero.
+    tokens = report.input_tokens or report.output_tokens
+    usage = f", tokens {report.input_tokens} in / {report.output_tokens} out" if tokens else ""
+    return f"{what}: {report.rows_done} rows ({report.rows_failed} failed{resumed}){usage}"
 
 
 def _stats_json(per_shard: list[dict[str, Any]]) -> dict[str, Any]:

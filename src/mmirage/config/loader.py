@@ -161,6 +161,14 @@ def _batch_api_processor(
         UnknownBatchProviderError,
         normalize_provider_name,
     )
+    from mmirage.core.process.batch.registry import load_provider_plugins
+
+    # Plugins (entry points, MMIRAGE_BATCH_PROVIDERS) register their providers on import:
+    # before the name is resolved, so the plain CLI knows them.
+    try:
+        load_provider_plugins()
+    except ImportError as exc:
+        raise ConfigError(source, f"{format_path(path)}.provider", str(exc)) from None
 
     where = format_path(path)
     name = raw.get("name")

@@ -93,8 +93,8 @@ class BatchSubmissionAdapter(ABC):
             names = " and ".join(missing)
             raise MissingCredentialsError(
                 f"the batch_api provider '{provider}' needs {names} in the environment "
-                f"(export {missing[0]}=...); keys are never read from the config. "
-                "Use --export-prompts for a dry run without a key"
+                f"(export {missing[0]}=...; keys are never read from the config, and "
+                "--export-prompts makes a dry run without one)"
             )
         return found
 
