@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +22,7 @@ from mmirage.run_cli import (
     _load,
     _os_failure,
     _user_errors_exit_2,
+    has_batch_api,
 )
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def merge(
 
     with _user_errors_exit_2():
         cfg = _load(_config_path(config, config_option))
-    if _has_batch_api(cfg):
+    if has_batch_api(cfg):
         if output_path is None:
             _fail("this config has a batch_api processor: give --output-path FILE.jsonl", 2)
         from mmirage.batch_cli import batch_merge
@@ -119,10 +120,6 @@ def merge(
     except OSError as exc:
         _os_failure(exc, "--output-root" if output_root else "merge output")
     _report(results)
-
-
-def _has_batch_api(cfg: Any) -> bool:
-    return any(p.type == "batch_api" for p in cfg.processors)
 
 
 @click.command("merge-dir")

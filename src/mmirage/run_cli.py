@@ -561,7 +561,7 @@ def run(
             "here (a SLURM array task would run 'mmirage run CONFIG --shard-id K')",
             err=True,
         )
-    batch = any(p.type == "batch_api" for p in cfg.processors)
+    batch = has_batch_api(cfg)
     if wait and (not batch or output_path is None):
         _fail("--wait needs a batch_api processor and --output-path FILE.jsonl", 2)
     _share_run_id()
@@ -582,6 +582,11 @@ def run(
     if ep.merge and len(shards) == lp.num_shards and not batch:
         # The whole pipeline ran here: merge it, as `mmirage merge CONFIG` would.
         _merge_after_run(cfg)
+
+
+def has_batch_api(cfg: MMirageConfig) -> bool:
+    """Batch mode: check, merge and retry follow provider batches instead of shards."""
+    return any(p.type == "batch_api" for p in cfg.processors)
 
 
 def _share_run_id() -> None:
@@ -689,7 +694,7 @@ def retry(
         _fail("a shard stopped on a configuration problem (see above)", 2)
     if summary["successful"] != summary["total"]:
         _fail(f"{summary['total'] - summary['successful']} shard(s) have not succeeded", 1)
-    if any(p.type == "batch_api" for p in cfg.processors):
+    if has_batch_api(cfg):
         from mmirage.batch_cli import batch_retry
 
         sys.exit(batch_retry(cfg, only_retryable))
@@ -797,7 +802,7 @@ def check(
     path = _config_path(config, config_option)
     with _user_errors_exit_2():
         cfg = _load(path)
-    if any(p.type == "batch_api" for p in cfg.processors):
+    if has_batch_api(cfg):
         from mmirage.batch_cli import batch_check
 
         sys.exit(batch_check(cfg, path, metadata_paths, wait, poll_interval))
