@@ -123,7 +123,12 @@ def test_check_refuses_a_provider_missing_from_the_config(
             emu,
             processor=processor_block(emu, "anthropic", metadata_output_path=meta),
         )
+        # Found by the config's globs, another pipeline's receipts are not this one's...
         assert batch_check(other) == 1
+        assert "belong to another pipeline" in capsys.readouterr().err
+        # ...named by hand, they are checked, and their provider must be in the config.
+        receipts = sorted(str(p) for p in (tmp_path / "meta").glob("batch.text.*.jsonl"))
+        assert batch_check(other, metadata_paths=receipts) == 1
     err = capsys.readouterr().err
     assert "the receipts name provider 'openai'" in err and "Traceback" not in err
 

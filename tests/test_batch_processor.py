@@ -380,3 +380,51 @@ def test_batch_output_names_must_fit_a_custom_id() -> None:
 
     with pytest.raises(ConfigError, match=r"outputs\[0\]\.name.*cannot start a batch custom_id"):
         load_mmirage_config_dict(_two_outputs("{{ q }}", first_name="x" * 41))
+
+
+def test_a_failed_last_submission_is_made_by_the_rerun_even_with_no_row_left(
+    tmp_path: Path, ledger: Path
+) -> None:
+    config = make_config(tmp_path, num_shards=1)  # one chunk per modality: sent by finish()
+    LedgerBatchAdapter.fail_on_chunk = 1
+    with pytest.raises(RuntimeError, match="submitting a batch to ledger failed"):
+        run_shard(config, 0)
+    assert ledger_ids(ledger) == []
+    LedgerBatchAdapter.fail_on_chunk = None
+    report = run_shard(config, 0)
+    assert report.resumed_rows == 7  # dataset a was all checkpointed: only its chunk was owed
+    assert sorted(ledger_ids(ledger)) == sorted(
+        f"{o}-text-{i}" for o in ("answer", "facts") for i in range(12)
+    )
+
+
+def test_recompute_builds_and_sends_new_requests(tmp_path: Path, ledger: Path) -> None:
+    config = make_config(tmp_path, num_shards=1)
+    run_shard(config, 0)
+    changed = make_config(tmp_path, num_shards=1)
+    changed.processing_params.outputs[0].prompt = "Please answer: {{ q }}"
+    run_shard(changed, 0, force=True)
+    assert len(ledger_ids(ledger)) == 48  # everything twice: once per configuration
+    spools = sorted((tmp_path / "state").rglob("chunk-*.jsonl"))
+    fresh = "".join(p.read_text() for p in spools if ".superseded-" not in str(p))
+    assert "Please answer: question 3" in fresh and "Answer: question 3" not in fresh
+    assert any(".superseded-" in str(p) for p in spools)  # the old spools set aside, not resent
+
+
+def test_redaction_and_public_fields() -> None:
+    from mmirage.core.process.batch.receipts import public_fields, redact
+
+    raw = {"id": "b1", "request": {"headers": {"Authorization": "Bearer sk-1"}}, "n": ["sk-1"]}
+    assert public_fields(raw) == {"id": "b1", "request": {"headers": {}}, "n": ["sk-1"]}
+    assert redact(raw, ["sk-1"])["n"] == ["***"]
+    assert redact("failed ?key=sk-1", ["sk-1"]) == "failed ?key=***"
+
+
+def test_a_malformed_receipt_line_is_skipped(tmp_path: Path) -> None:
+    from mmirage.core.process.batch.receipts import read_receipts
+
+    path = tmp_path / "r.text.abc.jsonl"
+    good = {"provider": "openai", "provider_batch_id": "b2", "custom_id_to_source_index": {}}
+    bad = {"provider": "openai", "provider_batch_id": "b1", "custom_id_to_source_index": [1]}
+    path.write_text(json.dumps(bad) + "\n" + json.dumps(good) + "\n")
+    assert [r.batch_id for r in read_receipts([str(path)])] == ["b2"]

@@ -33,8 +33,10 @@ from mmirage.core.process.batch.collector import (
     MergeTotals,
     fetch_terminal,
     open_store,
+    pipeline_key,
     poll,
     receipt_files,
+    require_batches,
     scan_receipts,
     wait_until_terminal,
     write_merged,
@@ -106,7 +108,9 @@ def batch_check(
     codes: list[int] = []
     with _one_sentence_errors(codes):
         paths = receipt_files(config, metadata_paths, str(config_path) if config_path else None)
-        scan = scan_receipts(paths)
+        # Receipts named by hand are checked whatever made them; found ones must be ours.
+        scan = scan_receipts(paths, only=None if metadata_paths else pipeline_key(config))
+        require_batches(scan)
         pool = AdapterPool(config)
         pool.check_providers(scan.records)
         interval = poll_interval or config.execution_params.poll_interval_seconds
@@ -210,7 +214,8 @@ def batch_merge(
     with _one_sentence_errors(codes):
         paths = receipt_files(config, metadata_paths)
         with open_store(config) as store:
-            scan = scan_receipts(paths, store)
+            scan = scan_receipts(paths, store, only=pipeline_key(config))
+            require_batches(scan)
             pool = AdapterPool(config)
             pool.check_providers(scan.records)
             statuses = None

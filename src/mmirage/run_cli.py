@@ -155,6 +155,15 @@ def _check_dirs(cfg: MMirageConfig) -> None:
     for index, ds in enumerate(lp.datasets):
         where = f"loading_params.datasets[{index}].output_dir"
         ensure_writable_dir(Path(os.path.expanduser(ds.output_dir)) / ".parts", where)
+    if has_batch_api(cfg):
+        # Receipts are written after the provider accepted a batch: their folder must be
+        # usable before anything is sent.
+        from mmirage.core.process.batch.receipts import batch_processors, receipt_base
+
+        state = str(shard_dir(cfg, 0).parent)
+        for index, processor in enumerate(batch_processors(cfg)):
+            base = Path(receipt_base(processor.provider_config, state))
+            ensure_writable_dir(base.parent, f"processors[{index}].metadata_output_path")
 
 
 # --- one shard, with its retries -------------------------------------------------------------
@@ -573,12 +582,19 @@ def run(
         return
     with _user_errors_exit_2():
         _check_dirs(cfg)
-    _conclude(run_shards(cfg, path, shards, plan, "run"), stats)
-    if wait and output_path is not None:
+    outcomes = run_shards(cfg, path, shards, plan, "run")
+    if wait and output_path is not None and all(o.ok for o in outcomes):
+        # Submitted: wait and merge whatever happened to the rows and batches (merge keeps
+        # every row, failed ones with their reason), then exit with the worst code.
         from mmirage.batch_cli import batch_check, batch_merge
 
-        code = batch_check(cfg, path, wait=True)
-        sys.exit(code or batch_merge(cfg, output_path, wait=True))
+        codes = [batch_check(cfg, path, wait=True), batch_merge(cfg, output_path, wait=True)]
+        try:
+            _conclude(outcomes, stats)
+        except SystemExit as exc:
+            codes.append(int(exc.code or 0))
+        sys.exit(max(codes))
+    _conclude(outcomes, stats)
     if ep.merge and len(shards) == lp.num_shards and not batch:
         # The whole pipeline ran here: merge it, as `mmirage merge CONFIG` would.
         _merge_after_run(cfg)

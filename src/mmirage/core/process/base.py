@@ -59,3 +59,6 @@ class RunContext:
     num_shards: int
     state_dir: str  # this pipeline's state folder (``<state_dir>/<pipeline id>``)
     export_prompts: str | None = None  # dry run: write requests here instead of submitting
+    fresh: bool = False  # --recompute: forget what earlier runs of this shard left
+    pipeline_id: str = ""  # which pipeline, and which configuration of it, made a receipt
+    fingerprint: str = ""

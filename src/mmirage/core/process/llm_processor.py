@@ -2,25 +2,29 @@
 server through ``base_url``, or the embedded local model).
 
 Unlike the original (SGLang in-process, where a failed ``generate`` silently gave every row
-``""`` or ``{}``), each row's failure becomes that row's ``OutputResult.error``. Launching an
-SGLang/vLLM server from ``server_args`` is not implemented yet: start it yourself and point
-``base_url`` at it.
+``""`` or ``{}``), each row's failure becomes that row's ``OutputResult.error``. A
+``server_args.model_path`` with no ``base_url`` (and no ``message_format``) starts an SGLang or
+vLLM server for the shard (see ``server_launcher``), which ``aclose`` stops.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import asyncio
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
 from mmirage.core.process.base import OutputRequest, OutputResult
+from mmirage.core.process.server_launcher import LaunchedServer, launch_server, pick_engine
+from mmirage.core.process.server_launcher import wants_server as _wants_server
 
 if TYPE_CHECKING:  # llm_kit and pydantic are imported when a processor is built, not before
     from pydantic import BaseModel
 
     from llm_kit import LLM, BatchConfig, BatchItem
     from mmirage.config.processors import LLMProcessorConfig
+    from mmirage.core.process.base import RunContext
 
 # default_sampling_params keys that llm_kit takes as named sampling arguments.
 _NAMED_SAMPLING = ("temperature", "top_p", "max_tokens", "seed", "stop")
@@ -41,27 +45,16 @@ def _source(config: LLMProcessorConfig) -> str:
 
 
 def resolve_message_format(config: LLMProcessorConfig) -> str:
-    """``message_format``, else ``openai`` for a ``base_url``; a bare ``server_args.model_path``
-    would need a GPU server we do not launch (yet), so it fails with what to do instead."""
+    """``message_format``, else ``openai`` for a ``base_url`` or for a server launched from
+    ``server_args.model_path`` (which fails here, with what to do, when no engine is installed)."""
     if config.message_format:
         return config.message_format
     if config.base_url:
         return "openai"
     source = _source(config)
-    if config.server_args.model_path not in ("", "none"):
-        if any(importlib.util.find_spec(m) is not None for m in ("sglang", "vllm")):
-            problem = (
-                "launching an SGLang/vLLM server from server_args is not supported yet; start "
-                "the server yourself and set base_url to its OpenAI-compatible address "
-                "(e.g. http://localhost:30000/v1)"
-            )
-        else:
-            problem = (
-                f"model_path {config.server_args.model_path!r} needs a GPU server (SGLang or "
-                "vLLM), which is not installed here; set base_url to an OpenAI-compatible "
-                "server, or message_format: local for the embedded CPU model"
-            )
-        raise ConfigError(source, "server_args.model_path", problem)
+    if _wants_server(config):
+        pick_engine(source, config.server_args.model_path)
+        return "openai"
     raise ConfigError(
         source,
         "message_format",
@@ -94,8 +87,9 @@ def batch_config(config: LLMProcessorConfig) -> BatchConfig:
     return BatchConfig(on_failure="record", **values)
 
 
-def build_llm(config: LLMProcessorConfig) -> LLM:
-    """The ``llm_kit.LLM`` for this config; a missing API key fails here (llm_kit's sentence)."""
+def build_llm(config: LLMProcessorConfig, server: LaunchedServer | None = None) -> LLM:
+    """The ``llm_kit.LLM`` for this config (aimed at ``server`` when one was launched for it);
+    a missing API key fails here (llm_kit's sentence)."""
     from llm_kit import LLM
 
     message_format = resolve_message_format(config)
@@ -107,7 +101,8 @@ def build_llm(config: LLMProcessorConfig) -> LLM:
     return LLM(
         model=model,
         message_format=message_format,
-        base_url=config.base_url,
+        base_url=server.base_url if server else config.base_url,
+        api_key=server.api_key if server else None,
         config=batch_config(config),
         **sampling_kwargs(config),
     )
@@ -117,9 +112,22 @@ class LLMProcessor:
     """One LLM for every output that names this processor; ``process`` runs a batch of rows
     concurrently (llm_kit's live pipeline: rate limits, retries, validation)."""
 
-    def __init__(self, config: LLMProcessorConfig) -> None:
+    def __init__(self, config: LLMProcessorConfig, context: RunContext | None = None) -> None:
         self.config = config
-        self.llm = build_llm(config)
+        self.server: LaunchedServer | None = None
+        if _wants_server(config):
+            # What is cheap to check fails before minutes of model loading, not after.
+            sampling_kwargs(config)
+            batch_config(config)
+            # With the run's context, the server's log sits in the shard's state folder.
+            log_dir = Path(context.state_dir) / f"shard_{context.shard_id}" if context else None
+            self.server = launch_server(config, log_dir)
+        try:
+            self.llm = build_llm(config, self.server)
+        except BaseException:
+            if self.server is not None:
+                self.server.stop()
+            raise
         # One pydantic model per (output, schema): building them is not free and rows are many.
         self._models: dict[tuple[str, Any], type[BaseModel]] = {}
 
@@ -162,7 +170,11 @@ class LLMProcessor:
                 yield result.metadata["index"], _to_output_result(result)
 
     async def aclose(self) -> None:
-        await self.llm.aclose()
+        try:
+            await self.llm.aclose()
+        finally:
+            if self.server is not None:
+                await asyncio.to_thread(self.server.stop)  # up to its grace period
 
 
 def _model_name(output_name: str) -> str:

@@ -59,6 +59,7 @@ from mmirage.core.shard.state import (
     ShardStatus,
     fingerprint,
     is_stale,
+    pipeline_id,
     shard_lock,
     status_path,
 )
@@ -156,6 +157,9 @@ async def arun_shard(
             num_shards=lp.num_shards,
             state_dir=str(status_path(config, shard_id).parent.parent),
             export_prompts=export_prompts,
+            fresh=force,
+            pipeline_id=pipeline_id(config),
+            fingerprint=fingerprint(config),
         )
         return await _arun_shard_locked(
             config, context, processors=processors, force=force, reset_attempts=reset_attempts
@@ -379,6 +383,17 @@ async def _run_dataset(
         completed=ckpt.rows_done,
         failed=ckpt.rows_failed,
     )
+    if ckpt.range_index < len(shard.ranges):
+        # Where this dataset's unfinished rows start, globally: a processor may need to know
+        # what an interrupted run already sent for them (the batch spool does).
+        r = shard.ranges[ckpt.range_index]
+        first = offsets[(shard.dataset_index, r.split)] + (
+            r.start if ckpt.next_row_id is None else ckpt.next_row_id
+        )
+        for proc in procs.values():
+            resume_at = getattr(proc, "resume_at", None)
+            if resume_at is not None:
+                resume_at(first)
     worker = _BatchWorker(config, shard, offsets, procs, journal)
     # Two groups in flight: the next one is read and rendered while the current one's requests
     # are out, so request slots never idle during the CPU work between groups. (Concurrency

@@ -120,6 +120,7 @@ class ReceiptScan:
 
     batches: dict[tuple[str, str], BatchRecord] = field(default_factory=dict)
     resubmitted: set[str] = field(default_factory=set)  # batch ids named by a ``retry_of``
+    skipped: int = 0  # receipts of another pipeline or configuration
 
     @property
     def records(self) -> list[BatchRecord]:
@@ -140,11 +141,40 @@ def _record(receipt: Receipt) -> BatchRecord:
     )
 
 
-def scan_receipts(paths: Iterable[str], store: ResultsStore | None = None) -> ReceiptScan:
+def require_batches(scan: ReceiptScan) -> None:
+    """A ``CollectorError`` when every receipt found belongs to another pipeline or to an
+    earlier configuration of this one (nothing of the current run to report)."""
+    if not scan.batches and scan.skipped:
+        raise CollectorError(
+            f"the {scan.skipped} receipt(s) found belong to another pipeline sharing "
+            "metadata_output_path, or to this pipeline before its configuration changed; "
+            "run 'mmirage run' with this configuration first"
+        )
+
+
+def pipeline_key(config: MMirageConfig) -> tuple[str, str]:
+    """``(pipeline_id, fingerprint)``: what a receipt must carry to belong to ``config``."""
+    from mmirage.core.shard.state import fingerprint, pipeline_id
+
+    return pipeline_id(config), fingerprint(config)
+
+
+def scan_receipts(
+    paths: Iterable[str],
+    store: ResultsStore | None = None,
+    *,
+    only: tuple[str, str] | None = None,
+) -> ReceiptScan:
     """Read the receipts once; with a store, record each new batch and its requests there
-    (a receipt's id map is dropped as soon as it is stored: memory stays O(batches))."""
+    (a receipt's id map is dropped as soon as it is stored: memory stays O(batches)).
+    ``only``: skip receipts stamped with another ``(pipeline_id, fingerprint)`` — another
+    pipeline sharing the metadata path, or this one before its configuration changed."""
     scan = ReceiptScan()
     for receipt in read_receipts(paths):
+        stamp = (receipt.data.get("pipeline_id") or "", receipt.data.get("fingerprint") or "")
+        if only is not None and stamp[0] and stamp != only:
+            scan.skipped += 1
+            continue
         record = _record(receipt)
         if record.key in scan.batches:
             continue

@@ -31,6 +31,7 @@ from mmirage.core.process.batch.receipts import (
     chunk_receipt,
     receipt_base,
     receipt_path,
+    redact,
 )
 from mmirage.core.process.batch.registry import BatchAdapterRegistry
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
@@ -79,6 +80,13 @@ class BatchApiProcessor:
             / name
             / f"shard-{context.shard_id}-of-{context.num_shards}"
         )
+        if context.fresh and self._root.exists():
+            # --recompute: what earlier runs spooled was built from another configuration;
+            # set it aside (its receipts name it) so every request is built and sent anew.
+            self._root.rename(
+                self._root.with_name(f"{self._root.name}.superseded-{context.run_id}")
+            )
+        self._resume_from = 0
         self._spools: dict[str, ChunkSpool] = {}
         self._pending: list[SpooledChunk] = []  # recovered, not yet submitted
         self._tasks: set[asyncio.Task[None]] = set()
@@ -121,9 +129,18 @@ class BatchApiProcessor:
                 self._submit_later(modality, chunk)
         return results
 
+    def resume_at(self, source_index: int) -> None:
+        """The runner's checkpoint: rows before ``source_index`` will not come again."""
+        self._resume_from = source_index
+
     async def finish(self) -> str | None:
-        """Submit every chunk still open or pending; raise if any submission failed. Returns
-        the cost estimate of what this dataset submitted (or exported)."""
+        """Submit every chunk still open or pending — also those an interrupted run left in a
+        modality this run had no row for; raise if any submission failed. Returns the cost
+        estimate of what this dataset submitted (or exported)."""
+        if self._root.is_dir():
+            for entry in sorted(os.listdir(self._root)):
+                if (self._root / entry).is_dir():
+                    self._spool(entry)
         for modality, spool in self._spools.items():
             for chunk in spool.close():
                 self._submit_later(modality, chunk)
@@ -171,11 +188,14 @@ class BatchApiProcessor:
             spool = ChunkSpool(
                 self._root / modality, pc.max_chunk_bytes, cap, pc.oversized_request_policy
             )
-            for chunk in spool.recover():
+            for chunk in spool.recover(self._resume_from):
                 logger.warning(
                     "submitting chunk %s left unsubmitted by an interrupted run", chunk.path
                 )
                 self._submit_later(modality, chunk)
+            for chunk in spool.unreceipted:
+                self._write_receipt(modality, chunk, orjson.loads(chunk.done_path.read_bytes()))
+            spool.unreceipted.clear()
             self._spools[modality] = spool
         return spool
 
@@ -192,15 +212,21 @@ class BatchApiProcessor:
                 if self._failure is not None:
                     return  # the shard is failing: leave the chunk for the rerun
                 receipt = await asyncio.to_thread(self._submit_sync, modality, chunk)
-            path = receipt_path(self.base, modality, self.context.run_id, dry_run=self.dry_run)
-            append_receipt(path, receipt)
+            # The spool folder first (it is known writable): a rerun then knows the provider
+            # has this batch, even if the receipt file cannot be written now.
             chunk.done_path.write_bytes(orjson.dumps(receipt))
+            self._write_receipt(modality, chunk, receipt)
             self.submitted_batches += 1
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             if self._failure is None:
                 self._failure = exc
+
+    def _write_receipt(self, modality: str, chunk: SpooledChunk, receipt: dict[str, Any]) -> None:
+        path = receipt_path(self.base, modality, self.context.run_id, dry_run=self.dry_run)
+        append_receipt(path, receipt)
+        chunk.receipted_path.touch()
 
     def _submit_sync(self, modality: str, chunk: SpooledChunk) -> dict[str, Any]:
         chunk_id = f"s{self.context.shard_id}-chunk-{chunk.number:06d}"
@@ -234,18 +260,25 @@ class BatchApiProcessor:
             chunk_id=chunk_id,
             batch_id=provider_batch_id,
             status=status,
-            raw=raw,
+            raw=redact(raw, self.adapter.credentials.values()),
             modality=modality,
             processor=self.config.name or self.config.type,
             run_id=self.context.run_id,
             shard_id=self.context.shard_id,
             num_shards=self.context.num_shards,
+            pipeline_id=self.context.pipeline_id,
+            fingerprint=self.context.fingerprint,
         )
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
             exc = self._failure
+            if isinstance(exc, OSError) and exc.filename is not None:
+                problem = f"{exc.strerror} ({exc.filename})"
+            else:
+                problem = str(exc)
+            problem = str(redact(problem, self.adapter.credentials.values()))
             raise RuntimeError(
-                f"submitting a batch to {self.provider_config.provider} failed: {exc}; "
+                f"submitting a batch to {self.provider_config.provider} failed: {problem}; "
                 "rerun to submit the chunks that have no receipt yet"
-            ) from exc
+            ) from None

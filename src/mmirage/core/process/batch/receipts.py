@@ -64,6 +64,8 @@ def chunk_receipt(
     run_id: str,
     shard_id: int | None,
     num_shards: int | None,
+    pipeline_id: str = "",
+    fingerprint: str = "",
 ) -> dict[str, Any]:
     """The receipt line of one submitted chunk (``lines``/``ids``: its request lines and
     ``(custom_id, source_index, dataset)``); see the module docstring for the keys."""
@@ -92,15 +94,51 @@ def chunk_receipt(
         "num_shards": num_shards,
         "datasets": sorted({dataset for _, _, dataset in ids}),
         "processor": processor,
+        # Which pipeline and configuration: merge ignores receipts of any other.
+        "pipeline_id": pipeline_id,
+        "fingerprint": fingerprint,
         # Absolute: retry may run from another working directory.
         "spool_path": str(chunk.path.resolve()),
         "raw_response": public_fields(raw),
     }
 
 
+_SECRET_FIELDS = ("key", "token", "authorization", "secret", "password")
+
+
 def public_fields(raw: dict[str, Any]) -> dict[str, Any]:
-    """The provider's answer minus anything that could be a credential."""
-    return {k: v for k, v in raw.items() if "key" not in k.lower() and "token" not in k.lower()}
+    """The provider's answer minus anything that could be a credential, at any depth."""
+    cleaned: dict[str, Any] = _without_secret_fields(raw)
+    return cleaned
+
+
+def _without_secret_fields(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _without_secret_fields(v)
+            for k, v in value.items()
+            if not any(word in str(k).lower() for word in _SECRET_FIELDS)
+        }
+    if isinstance(value, list):
+        return [_without_secret_fields(v) for v in value]
+    return value
+
+
+def redact(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` with every occurrence of a secret replaced by ``***`` (strings, dicts and
+    lists, recursively): an adapter's error or answer may quote its own key."""
+    words = [s for s in secrets if s]
+    if not words:
+        return value
+    if isinstance(value, str):
+        for word in words:
+            value = value.replace(word, "***")
+        return value
+    if isinstance(value, dict):
+        return {k: redact(v, words) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, words) for v in value]
+    return value
 
 
 def append_receipt(path: Path, receipt: dict[str, Any]) -> None:
@@ -192,5 +230,15 @@ def read_receipts(paths: Iterable[str]) -> Iterator[Receipt]:
                     )
                     continue
                 if data.get("status") == "dry_run":
+                    continue
+                ids = data.get("custom_id_to_source_index") or {}
+                if not isinstance(ids, dict) or not all(
+                    isinstance(k, str) and isinstance(v, int) for k, v in ids.items()
+                ):
+                    logger.warning(
+                        "%s:%d: custom_id_to_source_index is not a map of id to row; skipped",
+                        path,
+                        number,
+                    )
                     continue
                 yield Receipt(path, number, data)

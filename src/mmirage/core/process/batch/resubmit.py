@@ -17,10 +17,11 @@ its successes.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ from mmirage.core.process.batch.collector import (
     fetch_terminal,
     one_sentence,
     open_store,
+    pipeline_key,
     pipeline_state_dir,
     receipt_files,
     scan_receipts,
@@ -43,6 +45,7 @@ from mmirage.core.process.batch.receipts import (
     chunk_receipt,
     receipt_base,
     receipt_path,
+    redact,
 )
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
@@ -72,8 +75,8 @@ def retry_failed(
     """Refresh the store (fetch every terminal batch), then resubmit what did not succeed."""
     run_id = run_id or uuid.uuid4().hex[:6]
     paths = receipt_files(config)
-    with open_store(config) as store:
-        scan = scan_receipts(paths, store)
+    with _retry_lock(config), open_store(config) as store:
+        scan = scan_receipts(paths, store, only=pipeline_key(config))
         pool = AdapterPool(config)
         pool.check_providers(scan.records)
         report = RetryReport(run_id, fetch_terminal(store, pool, scan.records))
@@ -104,6 +107,7 @@ class _Resubmitter:
         self.run_id = run_id
         self.report = report
         self.state_dir = pipeline_state_dir(config)
+        self.stamp = pipeline_key(config)
         self.root = self.state_dir / "batch" / f"retry-{run_id}"
         self._targets: dict[tuple[str, str], _Target] = {}
         self._chunks = itertools.count(1)
@@ -188,12 +192,14 @@ class _Resubmitter:
             chunk_id=chunk_id,
             batch_id=result.provider_batch_id,
             status=result.status,
-            raw=raw,
+            raw=redact(raw, adapter.credentials.values()),
             modality=target.record.modality,
             processor=target.record.processor or "batch_api",
             run_id=self.run_id,
             shard_id=None,
             num_shards=None,
+            pipeline_id=self.stamp[0],
+            fingerprint=self.stamp[1],
         )
         receipt["retry_of"] = origins
         base = receipt_base(pc, str(self.state_dir))
@@ -211,3 +217,23 @@ def _lines(chunk: SpooledChunk, wanted: set[str]) -> Iterable[tuple[str, int, in
 
 
 __all__ = ["RetryReport", "retry_failed"]
+
+
+@contextlib.contextmanager
+def _retry_lock(config: MMirageConfig) -> Iterator[None]:
+    """One retry per pipeline at a time: two would both resubmit (and pay for) the same
+    failures."""
+    import fcntl
+
+    from mmirage.core.shard.state import status_path
+
+    path = status_path(config, 0).parent.parent / "batch" / "retry.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CollectorError(
+                "another 'mmirage retry' of this pipeline is running; wait for it to finish"
+            ) from None
+        yield

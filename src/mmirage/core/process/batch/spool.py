@@ -4,9 +4,11 @@ One ``ChunkSpool`` per (processor, shard, modality) lives in
 ``<state>/batch/<processor>/shard-<k>-of-<n>/<modality>/``. Each chunk is two files written
 together — ``chunk-000001.jsonl`` (the exact request lines that will be uploaded) and
 ``chunk-000001.ids`` (``custom_id<TAB>source_index<TAB>dataset`` per line) — plus
-``chunk-000001.done`` (its receipt) once submitted. Requests are written before the runner
-checkpoints their rows, so a killed shard loses none: a resumed run submits the chunks that
-have no ``.done`` and knows every custom_id already spooled (never spooled twice).
+``chunk-000001.done`` (its receipt, written as soon as the provider accepted the batch) and
+``chunk-000001.receipted`` once that receipt is in the receipt file. Requests are written
+before the runner checkpoints their rows, so a killed shard loses none: a resumed run submits
+the chunks that have no ``.done``, writes the receipts a kill left unwritten, and knows the
+custom_ids already spooled for the rows it will process again (never spooled twice).
 
 A chunk closes when the next request would push it past ``max_bytes`` (newlines not counted,
 exact equality fits, as the original) or it holds ``max_requests``. A request larger than
@@ -47,6 +49,10 @@ class SpooledChunk:
     def done_path(self) -> Path:
         return self.path.with_suffix(".done")
 
+    @property
+    def receipted_path(self) -> Path:
+        return self.path.with_suffix(".receipted")
+
     def read_ids(self) -> Iterator[tuple[str, int, int]]:
         with open(self.ids_path, encoding="utf-8") as f:
             for line in f:
@@ -63,12 +69,16 @@ class ChunkSpool:
     # custom_ids an earlier, interrupted run spooled (filled by recover(); a run never spools
     # a row twice itself, so new ids are not kept: memory stays O(1) in rows)
     spooled: set[str] = field(default_factory=set)
+    # Submitted chunks whose receipt line may be missing (killed between the two writes).
+    unreceipted: list[SpooledChunk] = field(default_factory=list)
     _open: SpooledChunk | None = None
     _next: int = 1
 
-    def recover(self) -> list[SpooledChunk]:
-        """Read what an earlier run left: remember every spooled id, return the closed chunks
-        that were never submitted (oldest first) and keep the last one open."""
+    def recover(self, from_index: int = 0) -> list[SpooledChunk]:
+        """Read what an earlier run left: remember the spooled ids of rows at or after
+        ``from_index`` (the rows a resumed run will process again — earlier rows are
+        checkpointed, so memory stays bounded by what was in flight), return the closed
+        chunks that were never submitted (oldest first) and keep the last one open."""
         self.directory.mkdir(parents=True, exist_ok=True)
         pending: list[SpooledChunk] = []
         for name in sorted(os.listdir(self.directory)):
@@ -80,12 +90,15 @@ class ChunkSpool:
             if not chunk.ids_path.exists():
                 continue
             self._truncate_torn(chunk)
-            for custom_id, _, _ in chunk.read_ids():
-                self.spooled.add(custom_id)
+            for custom_id, source_index, _ in chunk.read_ids():
+                if source_index >= from_index:
+                    self.spooled.add(custom_id)
                 chunk.count += 1
             chunk.bytes = chunk.path.stat().st_size - chunk.count
             if not chunk.done_path.exists() and chunk.count:
                 pending.append(chunk)
+            elif chunk.done_path.exists() and not chunk.receipted_path.exists():
+                self.unreceipted.append(chunk)
         if pending and not self._is_full(pending[-1]):
             self._open = pending.pop()
         return pending
