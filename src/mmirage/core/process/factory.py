@@ -21,7 +21,7 @@ def build_processor(config: Any, context: RunContext | None = None) -> Processor
     if kind == "llm":
         from mmirage.core.process.llm_processor import LLMProcessor
 
-        return LLMProcessor(config)
+        return LLMProcessor(config, context)
     if kind == "custom":
         from mmirage.core.process.custom_processor import CustomProcessor
 
