@@ -420,7 +420,8 @@ async def _run_dataset(
             ckpt.output_tokens += rec[USAGE]["output_tokens"]
         ckpt.range_index, last = group[-1][0], group[-1][1]
         ckpt.next_row_id = last.row_id + 1
-        out.checkpoint(ckpt)
+        # fsync in a thread: the loop keeps reading (and journaling) answers meanwhile.
+        await asyncio.to_thread(out.checkpoint, ckpt)
         journal.settle([rec[ROW_KEY] for rec in records])
         bar.add(len(records), sum(rec[ERRORS] is not None for rec in records))
         status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in _COUNTERS})
