@@ -119,8 +119,11 @@ class LLMProcessor:
             # What is cheap to check fails before minutes of model loading, not after.
             sampling_kwargs(config)
             batch_config(config)
-            # With the run's context, the server's log sits in the shard's state folder.
-            log_dir = Path(context.state_dir) / f"shard_{context.shard_id}" if context else None
+            # With the run's context, the server's log sits in the shard's state folder
+            # (absolute: errors name it and the user may be elsewhere).
+            log_dir = None
+            if context is not None:
+                log_dir = (Path(context.state_dir) / f"shard_{context.shard_id}").resolve()
             self.server = launch_server(config, log_dir)
         try:
             self.llm = build_llm(config, self.server)
