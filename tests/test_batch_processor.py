@@ -249,7 +249,13 @@ def test_run_submits_chunks_and_writes_placeholders_and_receipts(
         not in (tmp_path / "meta").joinpath("receipts.text.r1.jsonl").read_text()
     )
     # The JSON output's payload carries its schema for the provider.
-    first = json.loads(Path(receipts[0]["spool_path"]).read_text().splitlines()[0])
+    # Chunks are submitted two at a time, so receipts come in completion order: find the line.
+    lines = [
+        json.loads(line)
+        for r in receipts
+        for line in Path(r["spool_path"]).read_text().splitlines()
+    ]
+    first = next(line for line in lines if line["custom_id"] == "answer-text-0")
     assert first["params"]["messages"] == [{"role": "user", "content": "Answer: question 0"}]
 
 
