@@ -16,6 +16,7 @@ SCRIPTS = [
     "pipeline_overhead.py",
     "pipeline_memory.py",
     "cli_startup.py",
+    "mmirage_batch.py",
 ]
 
 if __name__ == "__main__":
