@@ -134,18 +134,24 @@ def _processors(raw: Any, source: str) -> list[ProcessorConfig]:
     return processors
 
 
-def _processor(raw: Any, path: tuple[str | int, ...], source: str) -> ProcessorConfig:
+def _typed_entry(
+    raw: Any, path: tuple[str | int, ...], source: str, types: Mapping[str, Any]
+) -> str:
+    """The ``type`` of a processors[]/outputs[] entry: a mapping whose type is one of ``types``."""
     where = format_path(path)
     if not isinstance(raw, dict):
         raise ConfigError(source, where, f"must be a mapping, got {describe_value(raw)}")
     kind = raw.get("type")
-    if kind not in PROCESSOR_TYPES:
+    if kind not in types:
         problem = (
-            "is required"
-            if kind is None
-            else f"must be one of {', '.join(PROCESSOR_TYPES)}, got {kind!r}"
+            "is required" if kind is None else f"must be one of {', '.join(types)}, got {kind!r}"
         )
         raise ConfigError(source, f"{where}.type", problem)
+    return str(kind)
+
+
+def _processor(raw: Any, path: tuple[str | int, ...], source: str) -> ProcessorConfig:
+    kind = _typed_entry(raw, path, source, PROCESSOR_TYPES)
     if kind == "batch_api":
         return _batch_api_processor(raw, path, source)
     processor: ProcessorConfig = build(PROCESSOR_TYPES[kind], raw, path, source)
@@ -271,17 +277,7 @@ def _processing(raw: Any, source: str) -> ProcessingParams:
 
 
 def _output(raw: Any, path: tuple[str | int, ...], source: str) -> OutputVar:
-    where = format_path(path)
-    if not isinstance(raw, dict):
-        raise ConfigError(source, where, f"must be a mapping, got {describe_value(raw)}")
-    kind = raw.get("type")
-    if kind not in OUTPUT_TYPES:
-        problem = (
-            "is required"
-            if kind is None
-            else f"must be one of {', '.join(OUTPUT_TYPES)}, got {kind!r}"
-        )
-        raise ConfigError(source, f"{where}.type", problem)
+    kind = _typed_entry(raw, path, source, OUTPUT_TYPES)
     output: OutputVar = build(OUTPUT_TYPES[kind], raw, path, source)
     return output
 
