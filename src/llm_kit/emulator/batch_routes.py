@@ -8,12 +8,14 @@ answer is counted in the stats.
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from llm_kit.emulator.anthropic_api import AnthropicFamily
 from llm_kit.emulator.anthropic_batch import AnthropicBatches
 from llm_kit.emulator.batch_http import guarded
-from llm_kit.emulator.family import Handler
+from llm_kit.emulator.family import Family, Handler
 from llm_kit.emulator.gemini_api import GeminiFamily
 from llm_kit.emulator.gemini_batch import GeminiBatches
 from llm_kit.emulator.gemini_files import GeminiFiles
@@ -26,6 +28,20 @@ _GEMINI_VERSIONS = "{version:v1beta|v1}"
 
 def is_gemini(request: web.Request) -> bool:
     return "x-goog-api-key" in request.headers or "key" in request.query
+
+
+def answered_late(family: Family, create: Handler) -> Handler:
+    """A creation handler whose answer leaves ``batch_create_delay_s`` after the job exists:
+    a client stopped meanwhile has a batch at the provider that it never heard of."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        response = await create(request)
+        delay = family.state.config.batch_create_delay_s
+        if delay and response.status < 400:
+            await asyncio.sleep(delay)
+        return response
+
+    return wrapped
 
 
 def _either(openai: Handler | None, gemini: Handler | None) -> Handler:
@@ -67,7 +83,7 @@ def add_routes(
         ("GET", "/files/{file_id}", o(openai_files.retrieve), g(gemini_files.retrieve)),
         ("DELETE", "/files/{file_id}", o(openai_files.delete), g(gemini_files.delete)),
         ("GET", "/files/{file_id}/content", o(openai_files.content), None),
-        ("POST", "/batches", o(openai_batches.create), None),
+        ("POST", "/batches", o(answered_late(openai, openai_batches.create)), None),
         ("GET", "/batches", o(openai_batches.list), g(gemini_batches.list)),
         ("GET", "/batches/{batch_id}", o(openai_batches.retrieve), g(gemini_batches.retrieve)),
         ("POST", "/batches/{batch_id}/cancel", o(openai_batches.cancel), None),
@@ -87,11 +103,11 @@ def add_routes(
 
     anthropic_batches = AnthropicBatches(anthropic)
     base = "/v1/messages/batches"
-    router.add_post(base, a(anthropic_batches.create))
+    router.add_post(base, a(answered_late(anthropic, anthropic_batches.create)))
     router.add_get(base, a(anthropic_batches.list))
     router.add_get(base + "/{batch_id}", a(anthropic_batches.retrieve))
     router.add_delete(base + "/{batch_id}", a(anthropic_batches.delete))
     router.add_post(base + "/{batch_id}/cancel", a(anthropic_batches.cancel))
     router.add_get(base + "/{batch_id}/results", a(anthropic_batches.results))
 
-    return {"batchGenerateContent": g(gemini_batches.create)}
+    return {"batchGenerateContent": g(answered_late(gemini, gemini_batches.create))}

@@ -59,6 +59,9 @@ class EmulatorConfig:
     expiring job's requests still succeed); ``batch_item_error_rate`` is the share of requests
     that fail one by one. ``batch_max_requests``/``batch_max_bytes`` replace every provider's
     own per-batch limits, so that tests can check that a client splits its jobs.
+    ``batch_create_delay_s`` holds every batch creation's answer back that long *after* the
+    job exists, as a slow provider does: a client stopped in between has paid for a batch it
+    never heard of (the window that orphan adoption closes).
     """
 
     latency_s: float = 0.0
@@ -77,6 +80,7 @@ class EmulatorConfig:
     batch_item_error_rate: float = 0.0
     batch_max_requests: int | None = None
     batch_max_bytes: int | None = None
+    batch_create_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.latency_s < 0 or self.latency_jitter_s < 0:
@@ -92,8 +96,9 @@ class EmulatorConfig:
         self._check_batch()
 
     def _check_batch(self) -> None:
-        if self.batch_delay_s < 0:
-            raise ValueError("batch_delay_s must not be negative")
+        for name in ("batch_delay_s", "batch_create_delay_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
         for name in (
             "batch_failure_rate",
             "batch_expire_rate",
@@ -208,5 +213,11 @@ BATCH_OPTIONS: tuple[BatchOption, ...] = (
         "--batch-max-bytes",
         int,
         "bytes per batch, for every provider (default: each provider's own limit)",
+    ),
+    BatchOption(
+        "batch_create_delay_s",
+        "--batch-create-delay-s",
+        float,
+        "seconds each batch creation answers late, after the job exists (default 0)",
     ),
 )
