@@ -66,3 +66,10 @@ class BatchItemFailed(LLMKitError):
         super().__init__(f"item {item_id!r} failed: {error}")
         self.item_id = item_id
         self.error = error
+
+
+class OrphanBatchUnclearError(LLMKitError):
+    """An interrupted creation may have left a batch at the provider, but more than one of the
+    account's batches fits it and none can be told apart yet (Anthropic batches carry no
+    tag). Nothing was created: run again once those batches have ended, when their results
+    name their requests."""

@@ -113,6 +113,14 @@ class BatchAPI:
         job, chunks = await self._spool(backend, items, directory)
         try:
             await runner.create_batches(backend, job, chunks)
+        except asyncio.CancelledError:
+            if job.batches:  # the handle dies with this call: say what the provider holds
+                logger.warning(
+                    "submit_batch was stopped after creating %d provider batches: %s",
+                    len(job.batches),
+                    ", ".join(job.batch_ids),
+                )
+            raise
         except Exception as exc:
             if not job.batches:
                 raise
@@ -181,9 +189,14 @@ class BatchAPI:
         failure (errored, expired, canceled, missing, not submitted), or only those whose
         ``error_kind`` is in ``kinds``. Returns how many were resubmitted. The requests come
         from the job's spool files, or from ``items`` when given (then answers that failed
-        their response_model count as failures too). ``on_created`` runs after each new batch
-        (to save the handle)."""
+        their response_model count as failures too). ``on_created`` runs before and after each
+        new batch (to save the handle). Batches an interrupted creation left at the provider
+        (``job.intents``) are found and adopted first, never paid for twice."""
         backend = self._check_job(job)
+        if job.intents:
+            await runner.adopt_orphans(backend, job)
+            if on_created is not None:
+                on_created()
         wanted = set(kinds) if kinds is not None else None
         failed = {
             index

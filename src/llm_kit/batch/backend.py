@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -36,6 +37,9 @@ class Chunk:
     count: int = 0
     bytes: int = 0
     indices: list[int] | None = None  # set for resubmissions (scattered items)
+    # The label the provider batch carries where the provider has a place for one (OpenAI
+    # metadata, Gemini display name): a creation whose answer was lost is found by it.
+    tag: str | None = None
 
     def batch(self, batch_id: str, **fields: Any) -> ProviderBatch:
         """The provider batch this chunk became."""
@@ -124,6 +128,18 @@ class BatchBackend(ABC):
     def results(self, batch: ProviderBatch, workdir: Path) -> AsyncIterator[Outcome]:
         """Every result line of a terminal batch (files are downloaded into ``workdir``)."""
 
+    # Whether ``submit`` puts ``Chunk.tag`` on the batch, so that ``tag_of`` reads it back.
+    tags_batches: bool = True
+
+    @abstractmethod
+    def listed(self, since: float) -> AsyncIterator[tuple[ProviderBatch, Mapping[str, Any]]]:
+        """The account's batches created at ``since`` (Unix seconds) or later, newest first,
+        each with the provider's answer; pages are fetched only as far as ``since``."""
+
+    def tag_of(self, data: Mapping[str, Any]) -> str | None:
+        """The tag a listed batch carries (None where the provider has no place for one)."""
+        return None
+
     # -- shared helpers ------------------------------------------------------------------
 
     async def call(
@@ -177,6 +193,15 @@ def _lines(path: Path) -> Iterator[bytes]:
         for line in f:
             if line.strip():
                 yield line
+
+
+def parse_rfc3339(text: str) -> float:
+    """``2024-08-20T18:37:24.100435Z`` (any fraction, ``Z`` or an offset) → Unix seconds;
+    0.0 for a missing or unreadable time (it then counts as old)."""
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def counts_from(state: JobState, total: int, succeeded: int, errored: int) -> BatchCounts:

@@ -116,6 +116,21 @@ class ProviderBatch:
 
 
 @dataclass
+class Intent:
+    """A batch creation that started and has not been answered yet, saved before the call:
+    a later process finds the batch by it (``llm_kit.batch.orphans``) instead of paying for
+    the chunk again. ``since`` is when the call was about to start (Unix seconds)."""
+
+    tag: str
+    path: str  # the chunk's spool file
+    first: int
+    count: int
+    bytes: int = 0
+    indices: list[int] | None = None
+    since: float = field(default_factory=time.time)
+
+
+@dataclass
 class BatchJob:
     """A provider batch job: what was submitted, where, and what came of it so far.
 
@@ -135,6 +150,7 @@ class BatchJob:
     spool_dir: str | None = None  # where the request lines were written, for resubmission
     created_at: float = field(default_factory=time.time)
     version: int = VERSION
+    intents: list[Intent] = field(default_factory=list)  # creations not answered yet
 
     @property
     def batch_ids(self) -> list[str]:
@@ -163,6 +179,7 @@ class BatchJob:
             "created_at": self.created_at,
             "spool_dir": self.spool_dir,
             "batches": [b.to_json() for b in self.batches],
+            "intents": [asdict(i) for i in self.intents],
             "item_ids": self.item_ids,
             "metadata": {str(k): v for k, v in self.metadata.items()},
             "rejected": {str(k): v for k, v in self.rejected.items()},
@@ -200,6 +217,7 @@ class BatchJob:
                 spool_dir=data.get("spool_dir"),
                 created_at=data.get("created_at", 0.0),
                 version=data.get("version", VERSION),
+                intents=[Intent(**i) for i in data.get("intents", [])],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"job file {source} is incomplete or damaged ({exc})") from None

@@ -7,6 +7,7 @@ Custom ids are manifest positions ("0", "1", ...): legal for every provider, rev
 from __future__ import annotations
 
 import asyncio
+import logging
 import tempfile
 from array import array
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -17,12 +18,15 @@ import orjson
 from pydantic import BaseModel
 
 from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome
-from llm_kit.batch.job import BatchJob, JobState, ProviderBatch
+from llm_kit.batch.job import BatchJob, Intent, JobState, ProviderBatch
+from llm_kit.batch.orphans import find_orphan, new_tag, settle
 from llm_kit.errors import ConfigError, ItemError, LLMKitError, ResponseValidationError
 from llm_kit.pipeline import Items
 from llm_kit.providers.base import Codec
 from llm_kit.schema import parse_response, response_schema
 from llm_kit.types import BatchItem, BatchResult
+
+logger = logging.getLogger(__name__)
 
 _CREATE_CONCURRENCY = 4  # batches created at once: uploads are big, providers rate-limit creation
 
@@ -163,22 +167,58 @@ async def create_batches(
     """Create one provider batch per chunk, a few at a time, adding each to ``job.batches`` as
     soon as the provider has it: if a later creation fails, the ones already paid for stay in
     the handle, and the items left out are reported as not submitted (and can be resubmitted).
+
+    Before each call the chunk's intent (with its tag) joins ``job.intents`` and ``on_created``
+    runs (to save the handle), so a crash mid-call leaves what ``adopt_orphans`` needs; a
+    cancellation waits, bounded, for the calls in flight and records their batches.
     """
     gate = asyncio.Semaphore(_CREATE_CONCURRENCY)
 
     async def create(chunk: Chunk) -> None:
         async with gate:
-            batch = await backend.create(chunk)
-        job.batches.append(batch)
-        if on_created is not None:
-            on_created()
+            chunk.tag = chunk.tag or new_tag()
+            intent = Intent(
+                chunk.tag, str(chunk.path), chunk.first, chunk.count, chunk.bytes, chunk.indices
+            )
+            job.intents.append(intent)
+            if on_created is not None:
+                on_created()
+
+            def record(batch: ProviderBatch) -> None:
+                job.batches.append(batch)
+                job.intents.remove(intent)
+                if on_created is not None:
+                    on_created()
+
+            await settle(backend.create(chunk), record)
 
     # Every creation runs to its end even when another fails: one that reached the provider
     # must be in the handle, or a retry would pay for its items twice.
     outcomes = await asyncio.gather(*(create(c) for c in chunks if c.count), return_exceptions=True)
+    cancelled = [o for o in outcomes if isinstance(o, asyncio.CancelledError)]
+    if cancelled:
+        raise cancelled[0]
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     if errors:
         raise errors[0]
+
+
+async def adopt_orphans(backend: BatchBackend, job: BatchJob) -> int:
+    """Settle the job's unanswered creations: each batch an earlier process created but never
+    recorded joins ``job.batches``; an intent with no batch at the provider is dropped (its
+    items are then "not_submitted", for ``resubmit_failed``). Returns how many were adopted."""
+    adopted = 0
+    for intent in list(job.intents):
+        chunk = Chunk(
+            Path(intent.path), intent.first, intent.count, intent.bytes, intent.indices, intent.tag
+        )
+        found = await find_orphan(backend, chunk, intent.since, known=set(job.batch_ids))
+        if found is not None:
+            logger.warning("adopted batch %s, created by an interrupted run", found[0].id)
+            job.batches.append(found[0])
+            adopted += 1
+        job.intents.remove(intent)
+    return adopted
 
 
 async def refresh(backend: BatchBackend, job: BatchJob) -> None:

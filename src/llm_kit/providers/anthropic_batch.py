@@ -8,7 +8,14 @@ from typing import Any
 
 import orjson
 
-from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome, decode_lines
+from llm_kit.batch.backend import (
+    BatchBackend,
+    BatchLimits,
+    Chunk,
+    Outcome,
+    decode_lines,
+    parse_rfc3339,
+)
 from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
 
 _STATES = {"in_progress": JobState.IN_PROGRESS, "canceling": JobState.CANCELING}
@@ -21,6 +28,9 @@ class AnthropicBatchBackend(BatchBackend):
     endpoint = "/v1/messages"
     # custom_ids are manifest positions ("0", "1", ...): always legal for ^[a-zA-Z0-9_-]{1,64}$.
     limits = BatchLimits(max_requests=100_000, max_bytes=256 * 1024 * 1024)
+    # A message batch has no metadata and no name: llm_kit.batch.orphans finds one by its
+    # creation time, size and results instead.
+    tags_batches = False
 
     def frame(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
         return {"custom_id": custom_id, "params": body}
@@ -36,6 +46,23 @@ class AnthropicBatchBackend(BatchBackend):
         batch = chunk.batch(created["id"])
         self.apply(batch, created)
         return batch, created
+
+    async def listed(self, since: float) -> AsyncIterator[tuple[ProviderBatch, Mapping[str, Any]]]:
+        params = {"limit": "100"}
+        while True:
+            _, page = await self.call(
+                "GET", "/v1/messages/batches", params=params, what="listing message batches"
+            )
+            entries = page.get("data") or []
+            for data in entries:
+                if parse_rfc3339(str(data.get("created_at") or "")) < since:
+                    return  # newest first: the rest is older still
+                batch = ProviderBatch(id=str(data["id"]), first=0, count=0)
+                self.apply(batch, data)
+                yield batch, data
+            if not page.get("has_more") or not entries:
+                return
+            params = {"limit": "100", "after_id": str(page.get("last_id") or entries[-1]["id"])}
 
     async def refresh(self, batch: ProviderBatch) -> dict[str, Any]:
         _, data = await self.call(

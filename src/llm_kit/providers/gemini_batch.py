@@ -8,7 +8,14 @@ from typing import Any
 
 import orjson
 
-from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome, decode_lines
+from llm_kit.batch.backend import (
+    BatchBackend,
+    BatchLimits,
+    Chunk,
+    Outcome,
+    decode_lines,
+    parse_rfc3339,
+)
 from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
 from llm_kit.errors import ProviderError
 
@@ -26,6 +33,7 @@ _STATES = {
     "EXPIRED": JobState.EXPIRED,
 }
 _INVALID_ARGUMENT = 3  # google.rpc.Code: the request itself is wrong, retrying cannot help
+_PAGE = "100"
 
 
 class GeminiBatchBackend(BatchBackend):
@@ -50,7 +58,9 @@ class GeminiBatchBackend(BatchBackend):
             source: dict[str, Any] = {"requests": {"requests": requests}}
         else:
             source = {"fileName": await self._upload(chunk.path)}
-        body = {"batch": {"displayName": f"llm_kit-{chunk.path.stem}", "inputConfig": source}}
+        # The display name carries the tag: the one label a Gemini batch has room for.
+        name = chunk.tag or f"llm_kit-{chunk.path.stem}"
+        body = {"batch": {"displayName": name, "inputConfig": source}}
         _, created = await self.call(
             "POST",
             f"/v1beta/models/{model}:batchGenerateContent",
@@ -90,6 +100,29 @@ class GeminiBatchBackend(BatchBackend):
                 what=f"the upload of {path.name}",
             )
         return str(uploaded["file"]["name"])
+
+    async def listed(self, since: float) -> AsyncIterator[tuple[ProviderBatch, Mapping[str, Any]]]:
+        params = {"pageSize": _PAGE}
+        while True:
+            _, page = await self.call(
+                "GET", "/v1beta/batches", params=params, what="listing batches"
+            )
+            operations = page.get("operations") or []
+            for data in operations:
+                created = (data.get("metadata") or {}).get("createTime")
+                if created and parse_rfc3339(str(created)) < since:
+                    return  # newest first: the rest is older still
+                batch = ProviderBatch(id=str(data["name"]), first=0, count=0)
+                self.apply(batch, data)
+                yield batch, data
+            token = page.get("nextPageToken")
+            if not token or not operations:
+                return
+            params = {"pageSize": _PAGE, "pageToken": str(token)}
+
+    def tag_of(self, data: Mapping[str, Any]) -> str | None:
+        name = (data.get("metadata") or {}).get("displayName")
+        return str(name) if name else None
 
     async def refresh(self, batch: ProviderBatch) -> dict[str, Any]:
         _, data = await self.call("GET", f"/v1beta/{batch.id}", what=f"Gemini {batch.id}")

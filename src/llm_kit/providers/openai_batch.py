@@ -33,6 +33,8 @@ _STATES = {
 }
 # Non-HTTP failures in the error file: why the request never ran.
 _NOT_RUN = {"batch_expired": "expired", "batch_cancelled": "canceled"}
+TAG_KEY = "llm_kit_tag"  # the metadata key that carries Chunk.tag
+_PAGE = "100"  # the most a list page may hold
 
 
 class OpenAIBatchBackend(BatchBackend):
@@ -79,7 +81,7 @@ class OpenAIBatchBackend(BatchBackend):
                     "input_file_id": uploaded["id"],
                     "endpoint": self.endpoint,
                     "completion_window": "24h",
-                    "metadata": self.metadata,
+                    "metadata": _with_tag(self.metadata, chunk.tag),
                 }
             ),
             what="creating a batch",
@@ -87,6 +89,25 @@ class OpenAIBatchBackend(BatchBackend):
         batch = chunk.batch(created["id"], input_file_id=uploaded["id"])
         self.apply(batch, created)
         return batch, created
+
+    async def listed(self, since: float) -> AsyncIterator[tuple[ProviderBatch, Mapping[str, Any]]]:
+        params = {"limit": _PAGE}
+        while True:
+            _, page = await self.call("GET", "/batches", params=params, what="listing batches")
+            entries = page.get("data") or []
+            for data in entries:
+                if int(data.get("created_at") or 0) < since:
+                    return  # newest first: the rest is older still
+                batch = ProviderBatch(id=str(data["id"]), first=0, count=0)
+                self.apply(batch, data)
+                yield batch, data
+            if not page.get("has_more") or not entries:
+                return
+            params = {"limit": _PAGE, "after": str(page.get("last_id") or entries[-1]["id"])}
+
+    def tag_of(self, data: Mapping[str, Any]) -> str | None:
+        tag = (data.get("metadata") or {}).get(TAG_KEY)
+        return str(tag) if tag else None
 
     async def refresh(self, batch: ProviderBatch) -> dict[str, Any]:
         _, data = await self.call("GET", f"/batches/{batch.id}", what=f"batch {batch.id}")
@@ -145,3 +166,11 @@ class OpenAIBatchBackend(BatchBackend):
         code = str(error.get("code") or "unknown")
         message = f"{code}: {error.get('message') or 'no message'}"
         return Outcome(custom_id, error=message, kind=_NOT_RUN.get(code, code), retryable=True)
+
+
+def _with_tag(metadata: Mapping[str, str], tag: str | None) -> dict[str, str]:
+    if tag is None:
+        return dict(metadata)
+    # Metadata holds at most 16 pairs: the tag takes the place of the last one if need be.
+    kept = [(k, v) for k, v in metadata.items() if k != TAG_KEY][:15]
+    return {**dict(kept), TAG_KEY: tag}
