@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -115,6 +115,32 @@ class BatchSubmissionAdapter(ABC):
         self, chunk_id: str, requests: Sequence[dict[str, Any]], config: BatchProviderConfig
     ) -> dict[str, Any]:
         """Submit the requests as one provider batch; return the provider's raw answer."""
+
+    def submit_tagged_chunk(
+        self,
+        chunk_id: str,
+        tag: str,
+        requests: Sequence[dict[str, Any]],
+        config: BatchProviderConfig,
+    ) -> dict[str, Any]:
+        """``submit_chunk``, with ``tag`` on the batch where the provider has room for one, so
+        that ``find_submitted_chunk`` can find it. The default ignores the tag."""
+        return self.submit_chunk(chunk_id, requests, config)
+
+    def find_submitted_chunk(
+        self,
+        chunk_id: str,
+        tag: str,
+        requests: Sequence[dict[str, Any]],
+        since: float,
+        known: Collection[str],
+        config: BatchProviderConfig,
+    ) -> dict[str, Any] | None:
+        """The raw answer (as ``submit_chunk``'s) of the batch that an interrupted
+        ``submit_tagged_chunk(chunk_id, tag, requests)`` created, started at ``since`` (Unix
+        seconds); None when the provider has none. ``known``: batch ids that belong to other
+        chunks. The default cannot look and returns None: the chunk is then created again."""
+        return None
 
     @abstractmethod
     def parse_submission_result(self, raw_result: dict[str, Any]) -> BatchSubmissionResult:

@@ -7,6 +7,11 @@ receipt appended (``receipts.py``) and marked done; ``finish`` submits the last 
 the shard is published, and a failed submission fails the shard, whose rerun submits exactly
 the chunks that have no receipt. The row's value is ``__BATCH_SUBMITTED__:<custom_id>``.
 
+A creation is never paid twice (``intents.py``): its intent is on disk before the adapter is
+called, a rerun adopts the batch an interrupted creation left at the provider, and the whole
+creation, receipt included, runs in a worker thread that a stop (Ctrl-C, SIGTERM) does not
+cut short: ``aclose`` waits for it (at most ``STOP_GRACE_S``).
+
 Under ``--export-prompts`` nothing is submitted and no key is needed: each closed chunk is
 appended to the export file as ``{"batch_id", "request"}`` lines and gets a dry-run receipt.
 """
@@ -14,8 +19,10 @@ appended to the export file as ``{"batch_id", "request"}`` lines and gets a dry-
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,13 @@ import orjson
 from mmirage.core.process.base import OutputRequest, OutputResult, RunContext
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
 from mmirage.core.process.batch.cost import estimate_submission, register_price
+from mmirage.core.process.batch.intents import (
+    print_unsaved_receipt,
+    read_intent,
+    record_receipt,
+    recorded_batch_ids,
+    write_intent,
+)
 from mmirage.core.process.batch.payload import build_payload, custom_id_for, modality_of
 from mmirage.core.process.batch.receipts import (
     append_receipt,
@@ -40,6 +54,7 @@ from mmirage.core.writer.renderer import make_placeholder
 logger = logging.getLogger(__name__)
 
 _MAX_SUBMISSIONS = 2  # chunks uploading at once: enough to overlap, gentle on the provider
+STOP_GRACE_S = 120.0  # how long a stop waits for the creations in flight to be recorded
 
 
 def export_file(path: str, run_id: str) -> Path:
@@ -91,6 +106,13 @@ class BatchApiProcessor:
         self._pending: list[SpooledChunk] = []  # recovered, not yet submitted
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(_MAX_SUBMISSIONS)
+        # Own threads, so that a stop can wait for exactly the creations in flight.
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            _MAX_SUBMISSIONS, thread_name_prefix="batch-submit"
+        )
+        self._creations: set[concurrent.futures.Future[None]] = set()
+        self._lookup = threading.Lock()  # one orphan lookup at a time: never one batch twice
+        self._claimed: set[str] = set()  # batch ids this process created or adopted
         self._failure: BaseException | None = None
         self._schemas: dict[str, dict[str, Any] | None] = {}
         self.submitted_batches = 0
@@ -159,6 +181,29 @@ class BatchApiProcessor:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._drain_creations()
+        self._threads.shutdown(wait=False)
+
+    async def _drain_creations(self) -> None:
+        """Wait (bounded) for the creations in flight: the provider may hold their batches
+        already, and their receipts are written by the threads that created them."""
+        pending = [f for f in self._creations if not f.done()]
+        if not pending:
+            return
+        logger.warning(
+            "stopping: waiting up to %.0f s for %d batch creation(s) in flight, so that their "
+            "receipts are written",
+            STOP_GRACE_S,
+            len(pending),
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_GRACE_S
+        waiting = [asyncio.wrap_future(f) for f in pending]
+        while loop.time() < deadline and not all(f.done() for f in pending):
+            try:
+                await asyncio.wait(waiting, timeout=deadline - loop.time())
+            except asyncio.CancelledError:
+                continue  # a second cancel (the loop shutting down) must not cut the wait short
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -211,12 +256,11 @@ class BatchApiProcessor:
             async with self._slots:
                 if self._failure is not None:
                     return  # the shard is failing: leave the chunk for the rerun
-                receipt = await asyncio.to_thread(self._submit_sync, modality, chunk)
-            # The spool folder first (it is known writable): a rerun then knows the provider
-            # has this batch, even if the receipt file cannot be written now.
-            chunk.done_path.write_bytes(orjson.dumps(receipt))
-            self._write_receipt(modality, chunk, receipt)
-            self.submitted_batches += 1
+                creation = self._threads.submit(self._submit_sync, modality, chunk)
+                self._creations.add(creation)
+                creation.add_done_callback(self._creations.discard)
+                # Shielded: cancelling this task must not abandon the thread's answer.
+                await asyncio.shield(asyncio.wrap_future(creation))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -224,11 +268,44 @@ class BatchApiProcessor:
                 self._failure = exc
 
     def _write_receipt(self, modality: str, chunk: SpooledChunk, receipt: dict[str, Any]) -> None:
-        path = receipt_path(self.base, modality, self.context.run_id, dry_run=self.dry_run)
-        append_receipt(path, receipt)
-        chunk.receipted_path.touch()
+        try:
+            append_receipt(self._receipt_file(modality), receipt)
+            chunk.receipted_path.touch()
+        except OSError as exc:
+            print_unsaved_receipt(receipt, exc)
+            raise
 
-    def _submit_sync(self, modality: str, chunk: SpooledChunk) -> dict[str, Any]:
+    def _receipt_file(self, modality: str) -> Path:
+        return receipt_path(self.base, modality, self.context.run_id, dry_run=self.dry_run)
+
+    def _create(self, chunk_id: str, chunk: SpooledChunk, requests: list[dict[str, Any]]) -> Any:
+        """The provider's answer for the chunk's batch: adopted when an interrupted run had
+        created it already, else created now (its intent on disk first)."""
+        pc = self.provider_config
+        intent = read_intent(chunk)
+        if intent is None:
+            intent = write_intent(chunk)
+        else:
+            with self._lookup:
+                known = recorded_batch_ids(self._root.parent.parent) | self._claimed
+                found = self.adapter.find_submitted_chunk(
+                    chunk_id, intent.tag, requests, intent.since, known, pc
+                )
+                if found is not None:
+                    batch_id = self.adapter.parse_submission_result(found).provider_batch_id
+                    self._claimed.add(batch_id)
+                    logger.warning(
+                        "%s: adopted %s batch %s, created by an interrupted run (not paid again)",
+                        chunk.path,
+                        pc.provider,
+                        batch_id,
+                    )
+                    return found
+        raw = self.adapter.submit_tagged_chunk(chunk_id, intent.tag, requests, pc)
+        self._claimed.add(self.adapter.parse_submission_result(raw).provider_batch_id)
+        return raw
+
+    def _submit_sync(self, modality: str, chunk: SpooledChunk) -> None:
         chunk_id = f"s{self.context.shard_id}-chunk-{chunk.number:06d}"
         lines = read_lines(chunk)
         ids = list(chunk.read_ids())
@@ -241,8 +318,7 @@ class BatchApiProcessor:
                 f.write(data)
             provider_batch_id, status, raw = f"dry-run-{batch_id}", "dry_run", {}
         else:
-            requests = [orjson.loads(line) for line in lines]
-            raw = self.adapter.submit_chunk(chunk_id, requests, self.provider_config)
+            raw = self._create(chunk_id, chunk, [orjson.loads(line) for line in lines])
             result = self.adapter.parse_submission_result(raw)
             provider_batch_id, status = result.provider_batch_id, result.status
             logger.info(
@@ -252,7 +328,7 @@ class BatchApiProcessor:
                 self.provider_config.provider,
                 provider_batch_id,
             )
-        return chunk_receipt(
+        receipt = chunk_receipt(
             self.provider_config,
             chunk,
             lines,
@@ -269,6 +345,8 @@ class BatchApiProcessor:
             pipeline_id=self.context.pipeline_id,
             fingerprint=self.context.fingerprint,
         )
+        record_receipt(chunk, receipt, self._receipt_file(modality))
+        self.submitted_batches += 1
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:

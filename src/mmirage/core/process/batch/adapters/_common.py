@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
@@ -23,6 +23,7 @@ import orjson
 
 from llm_kit.batch.backend import BatchBackend, Chunk, Outcome
 from llm_kit.batch.job import JobState, ProviderBatch
+from llm_kit.batch.orphans import find_orphan
 from llm_kit.errors import ConfigError, ItemError
 from llm_kit.providers import get_codec
 from llm_kit.providers.base import Codec
@@ -142,6 +143,24 @@ class LlmKitBatchAdapter(BatchSubmissionAdapter, Generic[C]):
     def submit_chunk(
         self, chunk_id: str, requests: Sequence[dict[str, Any]], config: BatchProviderConfig
     ) -> dict[str, Any]:
+        return self._submit(chunk_id, None, requests, config)
+
+    def submit_tagged_chunk(
+        self,
+        chunk_id: str,
+        tag: str,
+        requests: Sequence[dict[str, Any]],
+        config: BatchProviderConfig,
+    ) -> dict[str, Any]:
+        return self._submit(chunk_id, tag, requests, config)
+
+    def _submit(
+        self,
+        chunk_id: str,
+        tag: str | None,
+        requests: Sequence[dict[str, Any]],
+        config: BatchProviderConfig,
+    ) -> dict[str, Any]:
         settings = self._settings(config)
         if not requests:
             raise ValueError(f"chunk {chunk_id} holds no requests: there is nothing to submit")
@@ -149,8 +168,31 @@ class LlmKitBatchAdapter(BatchSubmissionAdapter, Generic[C]):
         # twice in memory; the directory is private to this user and removed afterwards.
         with tempfile.TemporaryDirectory(prefix="mmirage-batch-") as tmp:
             chunk = write_chunk(Path(tmp), chunk_id, requests)
+            chunk.tag = tag
             batch, data = self._run(settings, chunk_id, lambda backend: backend.submit(chunk))
         raw = self.raw_answer(data, batch)
+        raw["chunk_id"] = chunk_id
+        return raw
+
+    def find_submitted_chunk(
+        self,
+        chunk_id: str,
+        tag: str,
+        requests: Sequence[dict[str, Any]],
+        since: float,
+        known: Collection[str],
+        config: BatchProviderConfig,
+    ) -> dict[str, Any] | None:
+        settings = self._settings(config)
+        with tempfile.TemporaryDirectory(prefix="mmirage-batch-") as tmp:
+            chunk = write_chunk(Path(tmp), chunk_id, requests)
+            chunk.tag = tag
+            found = self._run(
+                settings, chunk_id, lambda backend: find_orphan(backend, chunk, since, known)
+            )
+        if found is None:
+            return None
+        raw = self.raw_answer(found[1], found[0])
         raw["chunk_id"] = chunk_id
         return raw
 

@@ -1,0 +1,234 @@
+"""A batch submission stopped mid-way never pays twice, and lost receipts are rebuilt.
+
+2,000 rows in 40 chunks of 50 go to an emulator (in its own process) whose batch creations
+answer 0.5 s after the batch exists: a stop at that moment leaves a batch the client never
+heard of. ``mmirage run`` is stopped by SIGINT, SIGTERM or SIGKILL at two moments of the
+submission, then run to completion; the provider must then hold every custom_id exactly once
+(read back through the providers' own list and result endpoints). The same for llm_kit's
+``run_batch_api``. A receipt that cannot be written (ENOSPC) is printed on stderr and the
+rerun adopts its batch; a truncated receipt file loses no row for check and merge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batch_spec_support import MMIRAGE, batches_created, cli_env, mmirage, write_rows, write_yaml
+from llm_kit.batch.api import BATCH_BACKENDS
+from llm_kit.emulator import EmulatorConfig, running_emulator
+from llm_kit.emulator.runner import EmulatorHandle
+from llm_kit.providers import get_codec
+from llm_kit.transport import HttpTransport
+
+KEY = "sk-interrupt-test-2718"
+KEY_VAR = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
+MODEL = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "gemini": "gemini-2.5-flash"}
+PROVIDERS = tuple(KEY_VAR)
+ROWS, PER_CHUNK = 2000, 50  # 40 chunks
+STOP_AFTER = (3, 17)  # batches the provider holds when each stop is sent
+CREATE_DELAY_S = 0.5
+
+
+@pytest.fixture
+def slow_emulator() -> Iterator[EmulatorHandle]:
+    config = EmulatorConfig(seed=11, batch_create_delay_s=CREATE_DELAY_S)
+    with running_emulator(config, subprocess=True) as emu:
+        yield emu
+
+
+def base_url(emu: EmulatorHandle, provider: str) -> str:
+    return emu.openai_base_url if provider == "openai" else emu.url
+
+
+def env_for(provider: str, **extra: str) -> dict[str, str]:
+    # The worktree's sources, not the installed ones, in the CLI subprocess.
+    return cli_env(**{KEY_VAR[provider]: KEY}, PYTHONPATH=os.environ.get("PYTHONPATH", ""), **extra)
+
+
+def pipeline(root: Path, emu: EmulatorHandle, provider: str, rows: int = ROWS) -> Path:
+    data = {
+        "processors": [
+            {
+                "type": "batch_api",
+                "provider": provider,
+                "model": MODEL[provider],
+                "base_url": base_url(emu, provider),
+                "metadata_output_path": str(root / "meta" / "batch_metadata.jsonl"),
+                "max_requests_per_chunk": PER_CHUNK,
+            }
+        ],
+        "loading_params": {
+            "state_dir": str(root / "state"),
+            "datasets": [
+                {
+                    "path": write_rows(root / "data.jsonl", [{"q": f"q{i}"} for i in range(rows)]),
+                    "type": "JSONL",
+                    "output_dir": str(root / "out"),
+                }
+            ],
+            "output_format": "jsonl",
+            "batch_size": 100,
+        },
+        "processing_params": {
+            "inputs": [{"name": "q", "key": "q"}],
+            "outputs": [{"name": "answer", "type": "batch_api", "prompt": "Say {{ q }}"}],
+            "output_schema": {"q": "{{ q }}", "answer": "{{ answer }}"},
+        },
+    }
+    return write_yaml(root / "config.yaml", data)
+
+
+def held_custom_ids(emu: EmulatorHandle, provider: str) -> Counter[str]:
+    """How many times the provider holds each custom_id, over every batch it lists."""
+
+    async def read() -> Counter[str]:
+        codec = get_codec(provider)
+        http = HttpTransport(
+            base_url(emu, provider),
+            codec.auth_headers(KEY),
+            max_connections=4,
+            request_timeout=60,
+            connect_timeout=10,
+        )
+        backend = BATCH_BACKENDS[provider](codec, http, MODEL[provider])
+        held: Counter[str] = Counter()
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                async for batch, _ in backend.listed(0.0):
+                    await backend.refresh(batch)
+                    async for outcome in backend.results(batch, Path(tmp)):
+                        held[outcome.custom_id] += 1
+        finally:
+            await http.aclose()
+        return held
+
+    return asyncio.run(read())
+
+
+def stop_when_held(
+    proc: subprocess.Popen[bytes], emu: EmulatorHandle, provider: str, count: int, sig: int
+) -> None:
+    """Send ``sig`` as soon as the provider holds ``count`` batches (a creation's answer is
+    then on its way), and wait for the process to end."""
+    deadline = time.monotonic() + 120
+    while batches_created(emu, provider) < count and proc.poll() is None:
+        assert time.monotonic() < deadline, "the submission never got that far"
+        time.sleep(0.01)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    proc.wait(timeout=200)
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name
+)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_stopped_submission_then_a_rerun_holds_every_request_once(
+    provider: str, sig: int, slow_emulator: EmulatorHandle, tmp_path: Path
+) -> None:
+    config = pipeline(tmp_path, slow_emulator, provider)
+    env = env_for(provider)
+    for count in STOP_AFTER:
+        with open(tmp_path / "stopped.err", "wb") as err:
+            proc = subprocess.Popen([MMIRAGE, "run", str(config)], env=env, stderr=err)
+            stop_when_held(proc, slow_emulator, provider, count, sig)
+    done = mmirage("run", config, env=env, timeout=300)
+    assert done.code == 0, done
+    held = held_custom_ids(slow_emulator, provider)
+    twice = sorted(cid for cid, n in held.items() if n > 1)
+    assert not twice, f"{len(twice)} requests billed twice, e.g. {twice[:3]}"
+    assert set(held) == {f"answer-text-{i}" for i in range(ROWS)}
+    checked = mmirage("check", config, env=env)
+    assert checked.code == 0, checked
+
+
+# -- a receipt that cannot be written ------------------------------------------------------
+
+
+def no_space(*args: Any, **kwargs: Any) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "receipt")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_receipt_lost_to_a_full_disk_is_printed_and_its_batch_adopted(
+    provider: str,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mmirage.config import load_mmirage_config
+    from mmirage.core.process.batch import intents
+    from mmirage.core.shard import run_shard
+
+    with running_emulator(EmulatorConfig(seed=12)) as emu:
+        config = load_mmirage_config(pipeline(tmp_path, emu, provider, rows=200))
+        monkeypatch.setenv(KEY_VAR[provider], KEY)
+        with monkeypatch.context() as disk:  # the .done marker and the receipt line both fail
+            disk.setattr(intents, "_write_whole", no_space)
+            disk.setattr(intents, "append_receipt", no_space)
+            with pytest.raises(RuntimeError, match="rerun"):
+                run_shard(config, 0)
+        err = capfd.readouterr().err
+        printed = err.count("was created but its receipt could not be written")
+        assert printed == batches_created(emu, provider) >= 1
+        assert "No space left on device" in err and KEY not in err
+        run_shard(config, 0)
+        adopted = [r for r in caplog.records if "adopted" in r.getMessage()]
+        assert len(adopted) == printed
+        held = held_custom_ids(emu, provider)
+    assert max(held.values()) == 1
+    assert set(held) == {f"answer-text-{i}" for i in range(200)}
+
+
+# -- llm_kit's run_batch_api ----------------------------------------------------------------
+
+SCRIPT = textwrap.dedent("""
+    import asyncio, sys
+    from llm_kit import LLM, BatchConfig, BatchItem, Message
+
+    async def main(fmt, base_url, out):
+        llm = LLM(model="m", message_format=fmt, base_url=base_url, api_key=sys.argv[4],
+                  max_tokens=8, config=BatchConfig(batch_max_requests=50))
+        items = [BatchItem(f"item-{i}", [Message.user(f"q{i}")]) for i in range(2000)]
+        await llm.run_batch_api(items, out, poll_interval=0.05)
+        await llm.aclose()
+
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3]))
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_run_batch_api_stopped_then_rerun_holds_every_item_once(
+    provider: str, sig: int, slow_emulator: EmulatorHandle, tmp_path: Path
+) -> None:
+    url = slow_emulator.openai_base_url if provider == "openai" else slow_emulator.url
+    out = tmp_path / "out.jsonl"
+    argv = [sys.executable, "-c", SCRIPT, provider, url, str(out), KEY]
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    for count in STOP_AFTER:
+        proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
+        stop_when_held(proc, slow_emulator, provider, count, sig)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    held = held_custom_ids(slow_emulator, provider)
+    twice = sorted(cid for cid, n in held.items() if n > 1)
+    assert not twice, f"{len(twice)} items billed twice, e.g. {twice[:3]}"
+    assert set(held) == {str(i) for i in range(2000)}
+    lines = out.read_text().splitlines()
+    assert len(lines) == 2000
