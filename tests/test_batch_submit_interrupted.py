@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from batch_spec_support import MMIRAGE, batches_created, cli_env, mmirage, write_rows, write_yaml
@@ -232,3 +233,34 @@ def test_run_batch_api_stopped_then_rerun_holds_every_item_once(
     assert set(held) == {str(i) for i in range(2000)}
     lines = out.read_text().splitlines()
     assert len(lines) == 2000
+
+
+# -- a damaged receipt file ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["truncated", "torn"])
+def test_a_damaged_receipt_file_is_rebuilt_from_the_chunk_markers(
+    damage: str, emulator: EmulatorHandle, tmp_path: Path
+) -> None:
+    config = pipeline(tmp_path, emulator, "openai", rows=1000)
+    env = env_for("openai")
+    assert mmirage("run", config, env=env).code == 0
+    (receipts,) = (tmp_path / "meta").glob("batch_metadata.text.*.jsonl")
+    data = receipts.read_bytes()
+    assert data.count(b"\n") == 20
+    if damage == "truncated":  # half a line left of 20
+        receipts.write_bytes(data[: data.index(b"\n") // 2])
+    else:  # every line but the first torn in the middle
+        lines = data.splitlines(keepends=True)
+        receipts.write_bytes(
+            lines[0] + b"".join(line[: len(line) // 2] + b"\n" for line in lines[1:])
+        )
+    checked = mmirage("check", config, env=env)
+    assert checked.code == 0, checked
+    assert "completed: 20/20" in checked.out, checked.out
+    merged = tmp_path / "merged.jsonl"
+    done = mmirage("merge", config, "--output-path", merged, env=env)
+    assert done.code == 0, done
+    rows = [orjson.loads(line) for line in merged.read_bytes().splitlines()]
+    assert len(rows) == 1000
+    assert all(row["answer"] and not row.get("__errors__") for row in rows)

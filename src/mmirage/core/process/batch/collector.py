@@ -35,6 +35,7 @@ from mmirage.core.process.batch.adapter import (
     BatchSubmissionResult,
     MissingCredentialsError,
 )
+from mmirage.core.process.batch.receipt_recovery import with_spooled_receipts
 from mmirage.core.process.batch.receipts import (
     batch_processors,
     config_receipt_globs,
@@ -101,6 +102,8 @@ def receipt_files(
         paths = resolve_receipt_paths(globs, metadata_paths)
     except FileNotFoundError as exc:
         raise CollectorError(f"{exc}; check the --metadata-path value") from None
+    if not metadata_paths:
+        paths = with_spooled_receipts(paths, pipeline_state_dir(config))
     if not paths:
         tried = ", ".join(globs) or "(the config declares no batch_api processor)"
         raise CollectorError(

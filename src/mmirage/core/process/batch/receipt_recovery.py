@@ -1,0 +1,56 @@
+"""Receipts rebuilt from the spool's ``.done`` markers, so a damaged receipt file strands
+no paid-for batch.
+
+Every submitted chunk keeps its receipt twice: as a line of ``<base>.<modality>.<run_id>.jsonl``
+and as the chunk's ``.done`` marker in ``<state>/batch/…/<modality>/`` (written first). When
+a receipt file was truncated or a line torn, the markers of its run and modality still name
+every batch; ``check``, ``merge`` and ``retry`` read those markers after the files (the first
+receipt of a batch wins, and both hold the same line). A receipt file that is gone altogether
+is not rebuilt: it may have been moved on purpose, to be named with ``--metadata-path``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from mmirage.core.process.batch.receipts import MODALITIES
+
+logger = logging.getLogger(__name__)
+
+# <processor>/shard-k-of-n/<modality>/ and retry-<run>/<processor>/<modality>/ under <state>/batch
+_MARKERS = "*/*/*/chunk-*.done"
+
+
+def with_spooled_receipts(paths: Sequence[str], state_dir: Path) -> list[str]:
+    """``paths`` followed by the ``.done`` markers under ``<state_dir>/batch`` whose run and
+    modality are those of one of ``paths`` (a receipt file that may lack lines)."""
+    runs = {key for key in map(_run_of_file, paths) if key is not None}
+    if not runs:
+        return list(paths)
+    markers: list[str] = []
+    for marker in sorted((state_dir / "batch").glob(_MARKERS)):
+        if _run_of_marker(marker) in runs:
+            markers.append(str(marker))
+    return [*paths, *markers]
+
+
+def _run_of_file(path: str) -> tuple[str, str] | None:
+    """``(modality, run_id)`` of ``<base>.<modality>.<run_id>.jsonl``."""
+    parts = Path(path).name.split(".")
+    if len(parts) >= 4 and parts[-1] == "jsonl" and parts[-3] in MODALITIES:
+        return parts[-3], parts[-2]
+    return None
+
+
+def _run_of_marker(path: Path) -> tuple[str, str] | None:
+    try:
+        data = orjson.loads(path.read_bytes())
+        snapshot = data.get("model_params_snapshot") or {}
+        return str(snapshot.get("modality") or path.parent.name), str(data["run_id"])
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        logger.warning("%s is not a readable receipt; skipped", path)
+        return None
