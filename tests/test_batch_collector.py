@@ -170,9 +170,11 @@ def receipt_ids(config: MMirageConfig) -> list[str]:
 
 
 def scan_lines(config: MMirageConfig) -> list[dict[str, Any]]:
+    """The lines of the receipt files (not of the chunk markers that back them up)."""
     return [
         orjson.loads(line)
         for p in receipt_files(config)
+        if not p.endswith(".done")
         for line in Path(p).read_bytes().splitlines()
     ]
 
