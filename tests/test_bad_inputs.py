@@ -325,7 +325,23 @@ CONFIG_CASES = [
     Case(
         "llm_without_api_key",
         with_(_llm(message_format="openai", model="gpt-4o-mini")),
-        ["OPENAI_API_KEY"],
+        ["no API key for openai", "export OPENAI_API_KEY="],
+    ),
+    Case(
+        "batch_api_without_api_key",
+        with_(
+            _set("processors", [{"type": "batch_api", "provider": "openai", "model": "m"}]),
+            _set(
+                "processing_params.outputs",
+                [{"name": "loud", "type": "batch_api", "prompt": "Say {{ text }}"}],
+            ),
+        ),
+        ["batch_api provider 'openai' needs OPENAI_API_KEY", "export OPENAI_API_KEY="],
+    ),
+    Case(
+        "api_key_in_the_config",
+        with_(_llm(message_format="anthropic", model="claude", api_key="sk-ant-secret-in-yaml")),
+        ["processors[0].api_key", "keys come only from the environment", "ANTHROPIC_API_KEY"],
     ),
     Case(
         "llm_model_path_without_server",
@@ -372,10 +388,14 @@ def test_bad_config_is_one_sentence_and_its_exit_code(case: Case, tmp_path: Path
         # Refused before any row ran: nothing written, no attempt counted against the shard.
         assert not [p for p in tmp_path.glob("out/**/*") if p.is_file()]
         assert not list(tmp_path.glob("state/**/status.json"))
+        if "API_KEY" in str(case.expected) or "keys come only" in str(case.expected):
+            # What the environment lacks is checked before anything, even a folder, is made.
+            assert not (tmp_path / "out").exists() and not (tmp_path / "state").exists()
 
 
 USAGE_CASES = [
-    ("no_config", ["run"], "configuration file"),
+    ("no_config", ["run"], "mmirage run CONFIG (or mmirage run --config CONFIG)"),
+    ("two_configs", ["check", CONFIG, "--config", "other.yaml"], "two configuration files"),
     ("unknown_option", ["run", CONFIG, "--bogus"], "--bogus"),
     ("bad_option_value", ["run", CONFIG, "--shard-id", "minus-one"], "--shard-id"),
     ("unknown_command", ["rnu", CONFIG], "rnu"),

@@ -376,6 +376,34 @@ def test_list_form_is_all_strings() -> None:
     assert [f.type for f in schema.fields] == ["str", "str"]
 
 
+def test_enum_field_is_a_closed_label_set() -> None:
+    schema = parse_output_schema({"label": {"type": "str", "enum": ["pos", "neg"]}}, "s")
+    assert schema.json_schema()["properties"]["label"] == {"type": "string", "enum": ["pos", "neg"]}
+    model = schema.pydantic_model("S")
+    assert model.model_validate({"label": "neg"}).model_dump() == {"label": "neg"}
+    with pytest.raises(ValueError):
+        model.model_validate({"label": "meh"})
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"type": "str", "enum": []}, "'enum' must be a non-empty list of strings"),
+        ({"type": "str", "enum": "pos"}, "'enum' must be a non-empty list of strings"),
+        ({"type": "str", "enum": ["a", "a"]}, "'enum' repeats a value"),
+        ({"type": "int", "enum": ["a"]}, "Unknown key(s) ['enum']"),
+    ],
+)
+def test_bad_enum_is_refused(spec: dict[str, object], problem: str) -> None:
+    data = minimal()
+    data["processing_params"]["outputs"][0].update(
+        output_type="JSON", output_schema={"label": spec}
+    )
+    message = error_of(data)
+    assert "outputs[0].output_schema.label" in message
+    assert problem in message
+
+
 def test_bool_bound_is_refused() -> None:
     data = minimal()
     data["processing_params"]["outputs"][0].update(

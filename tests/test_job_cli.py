@@ -80,3 +80,22 @@ def test_bad_job_file_is_one_sentence_exit_2(tmp_path: Path) -> None:
     result = mmirage("job", "status", str(bad))
     assert result.returncode == 2
     assert "newer llm_kit" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_missing_key_names_the_variable_not_a_python_argument(tmp_path: Path) -> None:
+    job = tmp_path / "job.json"
+    with running_emulator(EmulatorConfig()) as emu:
+        submit(emu, job, 2)
+        env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+        result = subprocess.run(
+            [sys.executable, "-m", "mmirage", "job", "status", str(job)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: no API key for openai: set OPENAI_API_KEY in the environment "
+        "(export OPENAI_API_KEY=…)"
+    ]

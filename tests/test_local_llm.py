@@ -36,3 +36,29 @@ async def test_local_model_through_the_pipeline(tmp_path: Path) -> None:
 def test_missing_local_model_file_fails_at_construction(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"local model file .*nope\.gguf does not exist"):
         LLM(model=str(tmp_path / "nope.gguf"), message_format="local")
+
+
+def test_quickstart_labels_the_reviews(tmp_path: Path) -> None:
+    """`make demo`'s pipeline, as shipped: every review gets one of the two labels, mostly right."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "examples" / "quickstart", tmp_path / "examples" / "quickstart")
+    mmirage = Path(sys.executable).with_name("mmirage")
+    command = [str(mmirage)] if mmirage.exists() else [sys.executable, "-m", "mmirage"]
+    run = subprocess.run(
+        [*command, "run", "examples/quickstart/config.yaml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )
+    assert run.returncode == 0, run.stderr
+    from datasets import load_from_disk
+
+    rows = load_from_disk(str(tmp_path / "out" / "quickstart" / "data" / "merged"))
+    assert rows["id"] == list(range(1, 9))
+    assert all(errors is None for errors in rows["__errors__"])
+    assert set(rows["sentiment"]) <= {"positive", "negative"}
+    expected = ["positive", "negative"] * 4  # the reviews alternate
+    right = sum(got == want for got, want in zip(rows["sentiment"], expected, strict=True))
+    assert right >= 6, rows["sentiment"]

@@ -1,8 +1,7 @@
-"""Print where the quickstart's output is and two of its rows (run by `make demo`)."""
+"""Print where the quickstart's output is and its labelled rows (run by `make demo`)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -18,6 +17,6 @@ if __name__ == "__main__":
     failed = sum(1 for errors in rows["__errors__"] if errors)
     shards = sorted(p.name for p in OUTPUT.glob("shard-*"))
     print(f"\n{len(rows)} rows ({failed} failed), shards {', '.join(shards)} in {OUTPUT}")
-    print(f"merged dataset, for datasets.load_from_disk: {MERGED}; two rows:")
-    for row in rows.select(range(min(2, len(rows)))):
-        print(json.dumps({"text": row["text"], "conversations": row["conversations"]}, indent=2))
+    print(f"merged dataset, for datasets.load_from_disk: {MERGED}\n")
+    for row in rows:
+        print(f"  {row['sentiment'] or '(failed)':<9} {row['review']}")

@@ -322,9 +322,10 @@ def require_key(message_format: str) -> str:
     """The provider's key from the environment, or MissingAPIKeyError saying what to set."""
     key = _key_from_env(message_format)
     if not key:
-        names = " or ".join(_KEY_ENV[message_format])
+        names = _KEY_ENV[message_format]
         raise MissingAPIKeyError(
-            f"no API key for {message_format}: set {names} in the environment or pass api_key=..."
+            f"no API key for {message_format}: set {' or '.join(names)} in the environment "
+            f"(export {names[0]}=…)"
         )
     return key
 

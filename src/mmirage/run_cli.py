@@ -93,9 +93,16 @@ def _os_failure(exc: OSError, field: str) -> NoReturn:
 
 
 def _config_path(argument: Path | None, option: Path | None) -> Path:
+    command = click.get_current_context().command_path
+    if argument and option and argument != option:
+        raise click.UsageError(
+            f"two configuration files ({argument} and --config {option}): give one"
+        )
     path = argument or option
     if path is None:
-        raise click.UsageError("give the configuration file: mmirage COMMAND CONFIG")
+        raise click.UsageError(
+            f"give the configuration file: {command} CONFIG (or {command} --config CONFIG)"
+        )
     return path
 
 
@@ -106,11 +113,16 @@ def _load(path: Path) -> MMirageConfig:
 
 
 def _config_params(command: Callable[..., Any]) -> Callable[..., Any]:
-    # The original spelled it --config PATH; both forms work.
+    # `--config PATH` is the original's spelling, kept so its scripts run unchanged.
     command = click.argument("config", type=CONFIG_FILE, required=False)(command)
-    return click.option("--config", "config_option", type=CONFIG_FILE, default=None, hidden=True)(
-        command
-    )
+    return click.option(
+        "--config",
+        "config_option",
+        type=CONFIG_FILE,
+        default=None,
+        metavar="CONFIG",
+        help="The pipeline's YAML file, as an option instead of the CONFIG argument.",
+    )(command)
 
 
 def _sigterm_as_exit() -> None:
@@ -147,8 +159,11 @@ def _die_with_parent() -> None:
 
 
 def _check_dirs(cfg: MMirageConfig) -> None:
-    """Every directory the run writes to, before any shard starts (exit 2 on a bad one)."""
+    """Every key and directory the run needs, before any shard starts (exit 2 on a bad one)."""
+    from mmirage.core.process.preflight import check_credentials
     from mmirage.core.shard.state import ensure_writable_dir, shard_dir
+
+    check_credentials(cfg)
 
     lp = cfg.loading_params
     ensure_writable_dir(shard_dir(cfg, 0).parent, "loading_params.state_dir")

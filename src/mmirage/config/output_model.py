@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -32,6 +32,8 @@ def build_model(name: str, fields: tuple[SchemaField, ...]) -> type[BaseModel]:
 
 
 def _annotation(spec: SchemaField, owner: str) -> Any:
+    if spec.choices:
+        return Literal[spec.choices]
     if spec.type in _PY_TYPES:
         base = _PY_TYPES[spec.type]
         if spec.minimum is None and spec.maximum is None:

@@ -5,7 +5,8 @@ Accepted forms (mixable in one mapping):
 * a list of names — every field is a string;
 * ``name: type`` — ``str|string``, ``int|integer``, ``float|number``, ``bool|boolean``,
   ``object``, ``list[<type>]``;
-* ``name: {type, min?, max?}`` for numbers (inclusive bounds), ``{type: object, properties: {...}}``
+* ``name: {type, min?, max?}`` for numbers (inclusive bounds), ``{type: str, enum: [...]}`` for a
+  label from a fixed set, ``{type: object, properties: {...}}``
   for nested objects, ``{type: list|array, items: <type or mapping>, minItems?, maxItems?}``.
 
 It becomes a JSON schema (every field required, closed objects) and a pydantic model for
@@ -41,7 +42,7 @@ _JSON_TYPES = {
     "list": "array",
 }
 _ALLOWED_KEYS = {
-    "str": {"type", "description"},
+    "str": {"type", "description", "enum"},
     "bool": {"type", "description"},
     "int": {"type", "description", "min", "max"},
     "float": {"type", "description", "min", "max"},
@@ -65,11 +66,14 @@ class SchemaField:
     items: SchemaField | None = None
     min_items: int | None = None
     max_items: int | None = None
+    choices: tuple[str, ...] = ()
 
     def json_schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": _JSON_TYPES[self.type]}
         if self.description:
             out["description"] = self.description
+        if self.choices:
+            out["enum"] = list(self.choices)
         if self.minimum is not None:
             out["minimum"] = self.minimum
         if self.maximum is not None:
@@ -211,7 +215,22 @@ def _parse_field(name: str, spec: Any, out: str, path: str) -> SchemaField:
         return SchemaField(
             name, "list", description=description, items=items, min_items=low_n, max_items=high_n
         )
+    if ftype == "str" and "enum" in spec:
+        choices = _choices(spec["enum"], fail)
+        return SchemaField(name, "str", description=description, choices=choices)
     return SchemaField(name, ftype, description=description)
+
+
+def _choices(value: Any, fail: Any) -> tuple[str, ...]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, str) and v for v in value)
+    ):
+        raise fail("enum", "'enum' must be a non-empty list of strings, e.g. [positive, negative]")
+    if len(set(value)) != len(value):
+        raise fail("enum", f"'enum' repeats a value: {value}")
+    return tuple(value)
 
 
 _MIN_MAX_NUMERIC = "'min'/'max' are only allowed for numeric types"

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
+from mmirage.config.credentials import secret_key_problem
 from mmirage.config.envvars import format_path
 from mmirage.config.errors import ConfigError, FieldError
 
@@ -40,9 +41,8 @@ def check_keys(
     allowed = [*extra, *public_fields(cls)]
     for key in raw:
         if key not in allowed:
-            raise ConfigError(
-                source, format_path((*path, str(key))), unknown_key_problem(str(key), allowed)
-            )
+            problem = secret_key_problem(str(key), raw) or unknown_key_problem(str(key), allowed)
+            raise ConfigError(source, format_path((*path, str(key))), problem)
     hints = typing.get_type_hints(cls, include_extras=False)
     for key, value in raw.items():
         nested = _dataclass_in(hints.get(str(key)))

@@ -98,12 +98,17 @@ _PATH_FIXES = {
 
 
 def ensure_writable_dir(path: Path, field: str) -> None:
-    """Create ``path`` if needed and prove a file can be written in it, or raise
-    ``UnusableDirError`` naming ``field``. Run before a shard starts: a path problem is the
-    user's to fix, and must not surface as a failed shard with a raw errno message."""
+    """Prove that ``path`` can be created and written, or raise ``UnusableDirError`` naming
+    ``field``. Run before a shard starts: a path problem is the user's to fix, and must not
+    surface as a failed shard with a raw errno message. Nothing is created: a run refused
+    later (a missing key, say) leaves no empty folders behind."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".mmirage-probe-")
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".mmirage-probe-")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:

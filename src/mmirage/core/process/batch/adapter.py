@@ -23,13 +23,13 @@ A result row (``retrieve_results``) is a dict with ``custom_id`` and either ``ge
 from __future__ import annotations
 
 import os
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from mmirage.config.batch_provider import BatchProviderConfig
+from mmirage.config.credentials import credential_env_var
 
 COMPLETED, FAILED, IN_PROGRESS, UNKNOWN = "completed", "failed", "in_progress", "unknown"
 NORMALIZED_STATUSES = (COMPLETED, FAILED, IN_PROGRESS, UNKNOWN)
@@ -58,11 +58,6 @@ class BatchSubmissionResult:
 
 class MissingCredentialsError(RuntimeError):
     """A required ``<PROVIDER>_<KEY>`` environment variable is not set."""
-
-
-def credential_env_var(provider: str, key: str) -> str:
-    """``("azure-openai", "api_key")`` → ``AZURE_OPENAI_API_KEY``."""
-    return re.sub(r"[^A-Za-z0-9]", "_", f"{provider}_{key}").upper()
 
 
 class BatchSubmissionAdapter(ABC):

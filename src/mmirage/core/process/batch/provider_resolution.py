@@ -22,6 +22,11 @@ _BUILT_INS: dict[str, type[BatchProviderConfig]] = {
 }
 
 
+# Where the plain CLI finds custom providers: modules imported before the config loads.
+PLUGIN_GROUP = "mmirage.batch_providers"
+PLUGIN_ENV = "MMIRAGE_BATCH_PROVIDERS"
+
+
 def normalize_provider_name(name: str) -> str:
     return name.strip().lower()
 
@@ -61,7 +66,10 @@ class BatchProviderConfigRegistry:
             return cls._registry[key]
         except KeyError:
             raise UnknownBatchProviderError(
-                f"Unknown batch provider '{key}'. Available providers: {cls.available()}"
+                f"Unknown batch provider '{key}'. Available providers: {cls.available()}; "
+                "to add one, register its config and adapter in a module named by "
+                f"{PLUGIN_ENV}=your_module or an '{PLUGIN_GROUP}' entry point "
+                "(see docs/batch_api.md)"
             ) from None
 
     # ``resolve`` is the name the rest of the code base uses; get_config_cls the original's.

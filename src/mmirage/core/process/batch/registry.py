@@ -14,7 +14,11 @@ import os
 from typing import Any, ClassVar
 
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
-from mmirage.core.process.batch.provider_resolution import normalize_provider_name
+from mmirage.core.process.batch.provider_resolution import (
+    PLUGIN_ENV,
+    PLUGIN_GROUP,
+    normalize_provider_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +27,6 @@ _BUILT_INS = {
     "anthropic": "mmirage.core.process.batch.adapters.anthropic:AnthropicBatchAdapter",
     "gemini": "mmirage.core.process.batch.adapters.gemini:GeminiBatchAdapter",
 }
-PLUGIN_GROUP = "mmirage.batch_providers"
-PLUGIN_ENV = "MMIRAGE_BATCH_PROVIDERS"
 
 
 class UnknownBatchAdapterError(LookupError):

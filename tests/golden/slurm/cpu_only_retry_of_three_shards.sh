@@ -1,0 +1,18 @@
+#!/bin/bash
+# Written by mmirage: one array task per shard. Submitted with `sbatch --parsable FILE`.
+#SBATCH --job-name=mmirage-sharded
+#SBATCH --array=1,3,7
+#SBATCH --chdir=/data/pipelines
+#SBATCH --output=/data/pipelines/logs/R-%x.%A_%a.out
+#SBATCH --error=/data/pipelines/logs/R-%x.%A_%a.err
+#SBATCH --open-mode=append
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=288
+#SBATCH --time=11:59:59
+#SBATCH --signal=B:TERM@120
+#SBATCH --account=a-proj
+#SBATCH --requeue
+set -eo pipefail
+export HF_HOME=/h
+exec /opt/venv/bin/python -m mmirage --log-level DEBUG run /data/pipelines/caption.yaml --shard-id "$SLURM_ARRAY_TASK_ID"
