@@ -32,7 +32,7 @@ PLACEHOLDER = "__BATCH_SUBMITTED__:"
 RUN_ID = re.compile(r"^[0-9a-f]{6}$")
 # Variables the CLI reads that must come from each test only, never from the developer's shell.
 _PRIVATE_ENV = re.compile(
-    r"^(OPENAI|ANTHROPIC|GEMINI|GOOGLE|MISTRAL)_(API_KEY|BASE_URL)$|^MMIRAGE_|^PYTHONPATH$"
+    r"^(OPENAI|ANTHROPIC|GEMINI|GOOGLE|MISTRAL)_(API_KEY|BASE_URL)$|^MMIRAGE_"
 )
 
 
@@ -64,6 +64,11 @@ def cli_env(**extra: str) -> dict[str, str]:
     """The test process's environment without any key, base URL or MMIRAGE_* variable, plus
     ``extra`` (so every key a command sees was given by its test)."""
     env = {k: v for k, v in os.environ.items() if not _PRIVATE_ENV.match(k)}
+    inherited = os.environ.get("PYTHONPATH")
+    if inherited and "PYTHONPATH" in extra:
+        # A test's own entries go first; the inherited ones (a checkout's sources) stay, so
+        # the CLI runs the code under test, not an installed copy.
+        extra = {**extra, "PYTHONPATH": f"{extra['PYTHONPATH']}{os.pathsep}{inherited}"}
     env.update(extra)
     return env
 

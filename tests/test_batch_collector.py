@@ -67,7 +67,12 @@ def write_dataset(tmp_path: Path, name: str, rows: int) -> dict[str, Any]:
             if row["id"] == BROKEN:
                 del row["q"]
             f.write(json.dumps(row) + "\n")
-    return {"path": str(path), "type": "JSONL", "output_dir": str(tmp_path / f"out-{name}")}
+    return {
+        "path": str(path),
+        "type": "JSONL",
+        "output_dir": str(tmp_path / f"out-{name}"),
+        "image_base_path": str(tmp_path),
+    }
 
 
 def processor_block(emu: Any, provider: str, **fields: Any) -> dict[str, Any]:

@@ -335,6 +335,7 @@ def test_rows_with_missing_images_fail_alone(tmp_path: Path, ledger: Path) -> No
                         "path": str(tmp_path / "a.jsonl"),
                         "type": "JSONL",
                         "output_dir": str(tmp_path / "img_out"),
+                        "image_base_path": str(tmp_path),
                     }
                 ],
             },

@@ -116,7 +116,7 @@ def prepare(
     **fields: Any,
 ) -> Setup:
     """One dataset, one plain ``answer`` output, JSONL shards; ``fields`` go to the processor.
-    Rows with an ``img`` key send it as an image."""
+    Rows with an ``img`` key send it as an image (a file under ``root``, its image_base_path)."""
     made = Setup(root / "config.yaml", root, provider)
     processor = {
         "type": "batch_api",
@@ -135,6 +135,7 @@ def prepare(
                     "path": write_rows(root / "data.jsonl", rows),
                     "type": "JSONL",
                     "output_dir": str(made.out),
+                    "image_base_path": str(root),  # the tests' images live in root
                 }
             ],
             "output_format": "jsonl",
@@ -868,7 +869,8 @@ def grid(emulators: Emulators, tmp_path_factory: pytest.TempPathFactory) -> Grid
             "state_dir": str(root / "state"),
             "datasets": [
                 {"path": write_rows(root / f"{name}.jsonl", grid_rows(name, count, image)),
-                 "type": "JSONL", "output_dir": str(root / f"out-{name}")}
+                 "type": "JSONL", "output_dir": str(root / f"out-{name}"),
+                 "image_base_path": str(root)}
                 for name, count in GRID.items()
             ],
             "num_shards": 2,

@@ -11,6 +11,7 @@ import orjson
 from llm_kit.errors import ProviderError
 from llm_kit.providers.base import Codec, Completion
 from llm_kit.ratelimit import RateLimiter
+from llm_kit.redact import redact_text
 from llm_kit.schema import ResponseSchema
 from llm_kit.transport import HttpTransport
 from llm_kit.types import Message
@@ -56,9 +57,10 @@ class HttpBackend(Backend):
         try:
             return self.codec.decode(orjson.loads(raw))
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            quoted = redact_text(repr(raw[:120]), self.transport.secrets)
             raise ProviderError(
                 f"{self.codec.name} sent an answer that does not parse ({type(exc).__name__}: "
-                f"{exc}): {raw[:120]!r}",
+                f"{exc}): {quoted}",
                 status=status,
                 kind="bad_response",
                 retryable=True,

@@ -17,10 +17,11 @@ class MissingAPIKeyError(ConfigError):
     """No API key was given and the provider's environment variable is unset."""
 
 
-class ItemError(LLMKitError):
+class ItemError(LLMKitError, ValueError):
     """One item cannot be sent as it is (unreadable image, unsupported type, bad schema).
 
-    It is recorded as that item's error; the batch goes on.
+    It is recorded as that item's error; the batch goes on. A ValueError, so that callers
+    that catch bad values (mmirage's batch processor) catch it too.
     """
 
 

@@ -1,13 +1,26 @@
-"""Image references: http(s) URLs pass through, local paths become data URLs."""
+"""Image references: http(s) URLs pass through, local image files become data URLs.
+
+A local path is read only when it is a regular file of at most ``MAX_IMAGE_BYTES`` whose first
+bytes are an image format's signature: a path taken from data (``/proc/self/environ``, a
+config file) must never be sent to a provider or quoted in an error. Errors name the path,
+never the file's bytes.
+"""
 
 from __future__ import annotations
 
 import base64
 import mimetypes
+import os
+import re
+import stat
 from functools import lru_cache
 from pathlib import Path
 
 from llm_kit.errors import ItemError
+
+# The largest image sent inline: the providers' own per-image limits are of this order.
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+IMAGE_FORMATS = "PNG, JPEG, GIF, WebP, BMP, TIFF, HEIC or AVIF"
 
 # Sniffed from the first bytes, so a misnamed file still gets its real type.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -16,7 +29,19 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"GIF87a", "image/gif"),
     (b"GIF89a", "image/gif"),
     (b"BM", "image/bmp"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
 )
+# ISO media files: bytes 4-8 are "ftyp", then the brand.
+_FTYP_BRANDS = {
+    b"avif": "image/avif",
+    b"avis": "image/avif",
+    b"heic": "image/heic",
+    b"heix": "image/heic",
+    b"mif1": "image/heif",
+}
+_HEADER_BYTES = 16
+_MIME = re.compile(r"[A-Za-z0-9.+-]+/[A-Za-z0-9.+-]+")
 
 
 def is_remote(url: str) -> bool:
@@ -27,26 +52,78 @@ def is_data_url(url: str) -> bool:
     return url.startswith("data:")
 
 
-def sniff_media_type(data: bytes, name: str = "") -> str:
+def image_media_type(data: bytes) -> str | None:
+    """The image type that ``data``'s first bytes announce; None when they are no image's."""
     for magic, media_type in _MAGIC:
         if data.startswith(magic):
             return media_type
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
+    if data[4:8] == b"ftyp":
+        return _FTYP_BRANDS.get(data[8:12])
+    return None
+
+
+def sniff_media_type(data: bytes, name: str = "") -> str:
+    """The image type of ``data``, else a guess from ``name``'s extension."""
     guessed, _ = mimetypes.guess_type(name)
-    return guessed or "application/octet-stream"
+    return image_media_type(data) or guessed or "application/octet-stream"
+
+
+def check_image_file(path: str, max_bytes: int = MAX_IMAGE_BYTES, name: str | None = None) -> str:
+    """The media type of the image file at ``path`` (only its first bytes are read).
+
+    ItemError, naming the path (or ``name``, how the caller's user wrote it), when it cannot be
+    opened, is not a regular file, is larger than ``max_bytes`` or does not start like an image.
+    """
+    media_type, _ = _read_image(path, max_bytes, whole=False, name=name)
+    return media_type
+
+
+def read_image_file(path: str, max_bytes: int = MAX_IMAGE_BYTES) -> tuple[str, bytes]:
+    """(media type, bytes) of the image file at ``path``; ItemError as ``check_image_file``."""
+    return _read_image(path, max_bytes, whole=True)
+
+
+def _read_image(
+    path: str, max_bytes: int, *, whole: bool, name: str | None = None
+) -> tuple[str, bytes]:
+    shown = name or path
+    try:
+        # O_NONBLOCK: opening a FIFO must not hang; the check below refuses it.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ItemError(
+            f"cannot read image {shown!r} ({exc.strerror or type(exc).__name__}); check that "
+            "the file exists and is readable, or pass an http(s) or data: URL"
+        ) from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ItemError(f"image {shown!r} is not a regular file; point it at an image file")
+        if info.st_size > max_bytes:
+            raise ItemError(
+                f"image {shown!r} is {info.st_size} bytes, over the {max_bytes}-byte limit; "
+                "shrink it or pass an http(s) URL"
+            )
+        # Read one byte past the limit: some files (under /proc) report a size of 0.
+        data = f.read(max_bytes + 1 if whole else _HEADER_BYTES)
+    media_type = image_media_type(data)
+    if media_type is None:
+        raise ItemError(
+            f"{shown!r} is not an image file (its first bytes are not those of {IMAGE_FORMATS}); "
+            "point it at an image"
+        )
+    if len(data) > max_bytes:
+        raise ItemError(
+            f"image {shown!r} is over the {max_bytes}-byte limit; shrink it or pass an http(s) URL"
+        )
+    return media_type, data
 
 
 @lru_cache(maxsize=256)
 def _load_file_as_data_url(path: str) -> str:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ItemError(
-            f"cannot read image {path!r} ({exc.strerror or exc}); check that the file exists "
-            "and is readable, or pass an http(s) or data: URL"
-        ) from None
-    media_type = sniff_media_type(data, path)
+    media_type, data = read_image_file(path)
     return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
 
 
@@ -58,11 +135,21 @@ def resolve_image_url(url: str) -> str:
     return _load_file_as_data_url(str(Path(path).expanduser()))
 
 
+def describe_image(url: str) -> str:
+    """How an error names an image: its URL or path, never a data URL's bytes."""
+    if is_data_url(url):
+        media_type = url[5:].split(";", 1)[0].split(",", 1)[0]
+        known = _MIME.fullmatch(media_type) and len(media_type) <= 60
+        return f"an inline {media_type if known else 'data:'} image"
+    return repr(url[:200])
+
+
 def split_data_url(url: str) -> tuple[str, str]:
     """``data:<mime>;base64,<b64>`` → (mime, b64). Raises ItemError on any other shape."""
     header, sep, payload = url.partition(",")
     if not sep or not header.startswith("data:") or not header.endswith(";base64"):
         raise ItemError(
-            f"image data URL must look like 'data:<mime>;base64,<data>', got {url[:40]!r}..."
+            f"image data URL must look like 'data:<mime>;base64,<data>' ({describe_image(url)} "
+            "does not)"
         )
     return header[5:-7], payload

@@ -15,12 +15,19 @@ import aiohttp
 import orjson
 
 from llm_kit.errors import ProviderError
+from llm_kit.redact import redact_bytes, redact_text
 
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
+# Headers whose values are credentials (matched as parts of the lower-cased name).
+_CREDENTIAL_HEADER_WORDS = ("auth", "key", "token", "secret")
 
 
 class HttpTransport:
-    """POSTs JSON to ``base_url + path``; returns (status, headers, body bytes)."""
+    """POSTs JSON to ``base_url + path``; returns (status, headers, body bytes).
+
+    An error body (status >= 400) comes back redacted: some gateways quote the request's
+    headers, and every error message of llm_kit is built from these bodies.
+    """
 
     def __init__(
         self,
@@ -33,6 +40,7 @@ class HttpTransport:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._headers = {**_JSON, **headers}
+        self.secrets: tuple[str, ...] = credential_values(headers)
         self._max_connections = max_connections
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._session: aiohttp.ClientSession | None = None
@@ -54,7 +62,8 @@ class HttpTransport:
         session = self._session or self._open()
         with self._errors():
             async with session.post(self.base_url + path, data=orjson.dumps(body)) as response:
-                return response.status, response.headers, await response.read()
+                raw = await response.read()
+                return response.status, response.headers, self._body(response.status, raw)
 
     async def request(
         self,
@@ -81,7 +90,8 @@ class HttpTransport:
                 params=params,
                 timeout=aiohttp.ClientTimeout(total=timeout) if timeout else self._timeout,
             ) as response:
-                return response.status, response.headers, await response.read()
+                body = await response.read()
+                return response.status, response.headers, self._body(response.status, body)
 
     async def download(
         self, path: str, target: BinaryIO, *, timeout: float = 3600.0
@@ -98,35 +108,43 @@ class HttpTransport:
                 timeout=aiohttp.ClientTimeout(total=timeout),
             ) as response:
                 if response.status >= 400:
-                    return response.status, await response.read()
+                    return response.status, self._body(response.status, await response.read())
                 async for chunk in response.content.iter_chunked(1 << 20):
                     target.write(chunk)
                 return response.status, b""
+
+    def _body(self, status: int, body: bytes) -> bytes:
+        return redact_bytes(body, self.secrets) if status >= 400 else body
 
     def _url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else self.base_url + path
 
     @contextmanager
     def _errors(self, timeout: float | None = None) -> Iterator[None]:
-        """aiohttp's exceptions → ProviderError (retryable: the request never got an answer)."""
+        """aiohttp's exceptions → ProviderError (retryable: the request never got an answer).
+
+        Messages are redacted: aiohttp's own may quote a URL with a ``key=`` parameter."""
+        where = redact_text(self.base_url, self.secrets)
         try:
             yield
         except TimeoutError:
             seconds = timeout or self._timeout.total or 0
             raise ProviderError(
-                f"no answer from {self.base_url} within {seconds:g} s",
+                f"no answer from {where} within {seconds:g} s",
                 kind="timeout",
                 retryable=True,
             ) from None
         except aiohttp.ClientConnectionError as exc:
             raise ProviderError(
-                f"connection to {self.base_url} failed ({type(exc).__name__}: {exc})",
+                f"connection to {where} failed ({type(exc).__name__}: "
+                f"{redact_text(str(exc), self.secrets)})",
                 kind="connection_error",
                 retryable=True,
             ) from None
         except aiohttp.ClientError as exc:
             raise ProviderError(
-                f"HTTP error talking to {self.base_url} ({type(exc).__name__}: {exc})",
+                f"HTTP error talking to {where} ({type(exc).__name__}: "
+                f"{redact_text(str(exc), self.secrets)})",
                 kind="http_error",
                 retryable=True,
             ) from None
@@ -135,3 +153,16 @@ class HttpTransport:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def credential_values(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The credential values among ``headers``: each value, and a token without its scheme
+    (``Bearer <token>``), so that an echo of either form is caught."""
+    values: list[str] = []
+    for name, value in headers.items():
+        if value and any(word in name.lower() for word in _CREDENTIAL_HEADER_WORDS):
+            values.append(value)
+            scheme, _, token = value.partition(" ")
+            if token and scheme.lower() in ("bearer", "basic", "token"):
+                values.append(token.strip())
+    return tuple(values)

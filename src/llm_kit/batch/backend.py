@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import orjson
 from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
 from llm_kit.errors import ConfigError, ProviderError
 from llm_kit.providers.base import Codec, Completion
+from llm_kit.redact import redact_text
 from llm_kit.transport import HttpTransport
 
 logger = logging.getLogger(__name__)
@@ -175,17 +176,26 @@ class BatchBackend(ABC):
 
 
 def decode_lines(
-    lines: Iterator[Any], decode: Callable[[Any], Outcome], what: str
+    lines: Iterator[Any],
+    decode: Callable[[Any], Outcome],
+    what: str,
+    secrets: Iterable[str] = (),
 ) -> Iterator[Outcome]:
     """Decode each line; a line that does not parse is logged and skipped, so its item ends
-    as "missing" (retryable) instead of stopping every later line of the file."""
+    as "missing" (retryable) instead of stopping every later line of the file. An error is
+    redacted (``secrets``: the transport's credentials): a gateway may quote the key."""
+    words = tuple(secrets)
     for line in lines:
         try:
-            yield decode(line)
+            outcome = decode(line)
         except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
             logger.warning(
                 "skipped an unreadable line of %s (%s: %s)", what, type(exc).__name__, exc
             )
+            continue
+        if outcome.error:
+            outcome.error = redact_text(outcome.error, words)
+        yield outcome
 
 
 def _lines(path: Path) -> Iterator[bytes]:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from llm_kit.errors import ItemError
-from llm_kit.images import is_data_url, split_data_url
+from llm_kit.images import describe_image, is_data_url, split_data_url
 from llm_kit.providers.base import Codec, Completion, RateLimitInfo, int_header
 from llm_kit.schema import ResponseSchema
 from llm_kit.types import ImagePart, Message, TextPart, Usage
@@ -111,7 +111,7 @@ def image_source(part: ImagePart) -> dict[str, Any]:
     media_type, data = split_data_url(url)
     if media_type not in IMAGE_TYPES:
         raise ItemError(
-            f"Anthropic accepts only JPEG, PNG, GIF and WebP images; {part.url[:80]!r} is "
-            f"{media_type}: convert it first"
+            f"Anthropic accepts only JPEG, PNG, GIF and WebP images; {describe_image(part.url)} "
+            f"is {media_type}: convert it first"
         )
     return {"type": "base64", "media_type": media_type, "data": data}

@@ -103,7 +103,9 @@ class AnthropicBatchBackend(BatchBackend):
         lines = await self.download_lines(
             url, workdir / f"{batch.id}.jsonl", what=f"the results of {batch.id}"
         )
-        for outcome in decode_lines(lines, self._decode, f"the results of {batch.id}"):
+        for outcome in decode_lines(
+            lines, self._decode, f"the results of {batch.id}", self.http.secrets
+        ):
             yield outcome
 
     def _decode(self, line: bytes) -> Outcome:

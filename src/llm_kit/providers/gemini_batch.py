@@ -171,13 +171,17 @@ class GeminiBatchBackend(BatchBackend):
                 workdir / f"{file_id}.jsonl",
                 what=f"the results of {batch.id}",
             )
-            for outcome in decode_lines(lines, self._decode_line, f"the results of {batch.id}"):
+            for outcome in decode_lines(
+                lines, self._decode_line, f"the results of {batch.id}", self.http.secrets
+            ):
                 yield outcome
             return
         _, data = await self.call("GET", f"/v1beta/{batch.id}", what=f"Gemini {batch.id}")
         output = data.get("response") or (data.get("metadata") or {}).get("output") or {}
         inlined = (output.get("inlinedResponses") or {}).get("inlinedResponses") or []
-        for outcome in decode_lines(iter(inlined), self._decode_inline, f"Gemini {batch.id}"):
+        for outcome in decode_lines(
+            iter(inlined), self._decode_inline, f"Gemini {batch.id}", self.http.secrets
+        ):
             yield outcome
 
     def _decode_line(self, line: bytes) -> Outcome:

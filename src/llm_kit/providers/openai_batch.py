@@ -147,7 +147,7 @@ class OpenAIBatchBackend(BatchBackend):
             lines = await self.download_lines(
                 f"/files/{file_id}/content", workdir / f"{file_id}.jsonl", what=f"file {file_id}"
             )
-            for outcome in decode_lines(lines, self._decode, f"file {file_id}"):
+            for outcome in decode_lines(lines, self._decode, f"file {file_id}", self.http.secrets):
                 yield outcome
 
     def _decode(self, line: bytes) -> Outcome:

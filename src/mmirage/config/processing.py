@@ -159,3 +159,6 @@ class ProcessingParams:
     output_schema: dict[str, Any]
     remove_columns: bool = False
     cast_images: bool = True
+    # Rows' image paths are data: by default an absolute path or file:// URL must lie inside
+    # the dataset's image_base_path (relative ones always must). True allows any local file.
+    allow_absolute_image_paths: bool = False

@@ -7,37 +7,20 @@ failed the whole shard on one missing field or image).
 from __future__ import annotations
 
 import base64
-import os
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import jmespath
 from jmespath.parser import ParsedResult
 
 from llm_kit.images import sniff_media_type
+from mmirage.core.process.image_files import local_image_path
+from mmirage.core.process.row_error import RowError
 
-
-class RowError(ValueError):
-    """One row cannot be processed; ``str(err)`` is one sentence saying why and what to do.
-
-    ``variable``/``key``/``path`` name what failed where that is known, so a report can group
-    errors without parsing the message.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        variable: str | None = None,
-        key: str | None = None,
-        path: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.variable = variable
-        self.key = key
-        self.path = path
+if TYPE_CHECKING:
+    from mmirage.config.processing import ProcessingParams
 
 
 class InputSpec(Protocol):
@@ -81,12 +64,20 @@ def _is_url(value: str) -> bool:
     return value.startswith(("http://", "https://", "data:"))
 
 
-def resolve_image(value: Any, variable: str, image_base_path: str | None = None) -> str:
+def resolve_image(
+    value: Any,
+    variable: str,
+    image_base_path: str | None = None,
+    *,
+    allow_absolute: bool = False,
+) -> str:
     """An image reference as a string ``Message.user(image_urls=...)`` accepts.
 
-    http(s) and data URLs are kept; ``file://`` is stripped; a relative path is resolved against
-    ``image_base_path`` (else the working directory); the local file must exist. HF ``Image``
-    cells (``{"bytes", "path"}``) and raw bytes become data URLs, as no file may exist for them.
+    http(s) and data URLs are kept; a local path or ``file://`` URL must name an image file
+    inside ``image_base_path`` (else the working directory), or anywhere with
+    ``allow_absolute`` for absolute ones, and becomes its real absolute path (see
+    ``image_files``). HF ``Image`` cells (``{"bytes", "path"}``) and raw bytes become data
+    URLs, as no file may exist for them.
     """
     if isinstance(value, Mapping) and ("bytes" in value or "path" in value):
         if value.get("bytes"):
@@ -102,22 +93,7 @@ def resolve_image(value: Any, variable: str, image_base_path: str | None = None)
         )
     if _is_url(value):
         return value
-    raw = value[7:] if value.startswith("file://") else value
-    path = os.path.expanduser(raw)
-    relative = not os.path.isabs(path)
-    if relative:
-        # Absolute, so the value means the same file wherever the row is read later.
-        path = os.path.abspath(os.path.join(image_base_path or os.getcwd(), path))
-    if not os.path.isfile(path):
-        base = image_base_path if relative and image_base_path else None
-        where = f" ({raw!r} resolved against image_base_path {base!r})" if base else ""
-        raise RowError(
-            f"image variable '{variable}': file {path!r} does not exist{where}; "
-            "check the path or the dataset's image_base_path",
-            variable=variable,
-            path=path,
-        )
-    return path
+    return local_image_path(value, variable, image_base_path, allow_absolute=allow_absolute)
 
 
 def _data_url(data: bytes, name: str) -> str:
@@ -137,13 +113,24 @@ class VariableExtractor:
         *,
         image_base_path: str | None = None,
         optional: Collection[str] = (),
+        allow_absolute_image_paths: bool = False,
     ) -> None:
         self.inputs: tuple[InputSpec, ...] = tuple(inputs)
         self.image_base_path = image_base_path
+        self.allow_absolute_image_paths = allow_absolute_image_paths
         self._optional = frozenset(optional) | {
             i.name for i in self.inputs if getattr(i, "optional", False)
         }
         self._compiled = [(i, compile_key(i.key)) for i in self.inputs]
+
+    @classmethod
+    def for_params(cls, params: ProcessingParams, image_base_path: str | None) -> VariableExtractor:
+        """The extractor of ``processing_params`` for one dataset (its ``image_base_path``)."""
+        return cls(
+            params.inputs,
+            image_base_path=image_base_path,
+            allow_absolute_image_paths=params.allow_absolute_image_paths,
+        )
 
     def extract(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """``{name: value}`` in declared order; images as path or URL strings (or lists)."""
@@ -166,8 +153,13 @@ class VariableExtractor:
     def _images(self, value: Any, name: str) -> str | list[str]:
         # A list of images stays a list (one row, several images); a bytes/HF cell is one image.
         if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
-            return [resolve_image(v, name, self.image_base_path) for v in value]
-        return resolve_image(value, name, self.image_base_path)
+            return [self._image(v, name) for v in value]
+        return self._image(value, name)
+
+    def _image(self, value: Any, name: str) -> str:
+        return resolve_image(
+            value, name, self.image_base_path, allow_absolute=self.allow_absolute_image_paths
+        )
 
 
 def extract_variables(

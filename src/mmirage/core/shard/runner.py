@@ -486,7 +486,7 @@ class _BatchWorker:
         self.offsets = offsets
         self.procs = procs
         self.journal = journal
-        self.extractor = VariableExtractor(pp.inputs, image_base_path=shard.source.image_base_path)
+        self.extractor = VariableExtractor.for_params(pp, shard.source.image_base_path)
         self.image_names = [i.name for i in pp.inputs if i.type == "image"]
         self.renderer = OutputRenderer(pp.output_schema, remove_columns=pp.remove_columns)
         # The schema's batch_api variables: only their placeholders call for __vars__.

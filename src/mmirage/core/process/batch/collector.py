@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_kit.errors import ResponseValidationError
+from llm_kit.redact import redact_text
 from llm_kit.schema import parse_response
 from mmirage.core.process.batch.adapter import (
     FAILED,
@@ -250,10 +251,7 @@ def _key(processor: BatchApiProcessorConfig) -> str:
 def one_sentence(exc: BaseException, adapter: BatchSubmissionAdapter | None = None) -> str:
     """An exception as one line, with any credential value blanked out."""
     text = " ".join(str(exc).split()) or type(exc).__name__
-    for secret in adapter.credentials.values() if adapter is not None else ():
-        if secret:
-            text = text.replace(secret, "***")
-    return text
+    return redact_text(text, adapter.credentials.values() if adapter is not None else ())
 
 
 # -- status -------------------------------------------------------------------------------

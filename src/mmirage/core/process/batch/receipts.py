@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+# The one redactor of llm_kit, imported from here by the modules that write receipts.
+from llm_kit.redact import redact as redact
+
 if TYPE_CHECKING:
     from mmirage.config.batch_provider import BatchProviderConfig
     from mmirage.config.models import MMirageConfig
@@ -121,23 +124,6 @@ def _without_secret_fields(value: Any) -> Any:
         }
     if isinstance(value, list):
         return [_without_secret_fields(v) for v in value]
-    return value
-
-
-def redact(value: Any, secrets: Iterable[str]) -> Any:
-    """``value`` with every occurrence of a secret replaced by ``***`` (strings, dicts and
-    lists, recursively): an adapter's error or answer may quote its own key."""
-    words = [s for s in secrets if s]
-    if not words:
-        return value
-    if isinstance(value, str):
-        for word in words:
-            value = value.replace(word, "***")
-        return value
-    if isinstance(value, dict):
-        return {k: redact(v, words) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v, words) for v in value]
     return value
 
 
