@@ -7,6 +7,16 @@ from typing import Any, Literal, NamedTuple
 
 ResponderName = Literal["echo", "local"]
 RESPONDERS: tuple[ResponderName, ...] = ("echo", "local")
+# OpenAI-compatible servers whose structured-output forms the OpenAI endpoint takes (dialects.py).
+DialectName = Literal["openai", "vllm", "llama_server", "llama_cpp_python", "ollama", "plain"]
+DIALECTS: tuple[DialectName, ...] = (
+    "openai",
+    "vllm",
+    "llama_server",
+    "llama_cpp_python",
+    "ollama",
+    "plain",
+)
 
 
 @dataclass(slots=True)
@@ -59,6 +69,10 @@ class EmulatorConfig:
     expiring job's requests still succeed); ``batch_item_error_rate`` is the share of requests
     that fail one by one. ``batch_max_requests``/``batch_max_bytes`` replace every provider's
     own per-batch limits, so that tests can check that a client splits its jobs.
+
+    ``dialect`` makes the OpenAI endpoint take only the structured-output forms of one
+    OpenAI-compatible server (``openai``, ``vllm``, ``llama_server``, ``llama_cpp_python``,
+    ``ollama``, ``plain``: none) and refuse the others as that server does.
     """
 
     latency_s: float = 0.0
@@ -77,6 +91,7 @@ class EmulatorConfig:
     batch_item_error_rate: float = 0.0
     batch_max_requests: int | None = None
     batch_max_bytes: int | None = None
+    dialect: DialectName = "openai"
 
     def __post_init__(self) -> None:
         if self.latency_s < 0 or self.latency_jitter_s < 0:
@@ -87,6 +102,8 @@ class EmulatorConfig:
                 raise ValueError(f"{name} must be at least 1 (or None for no limit)")
         if self.responder not in RESPONDERS:
             raise ValueError(f"responder must be one of {RESPONDERS}, got {self.responder!r}")
+        if self.dialect not in DIALECTS:
+            raise ValueError(f"dialect must be one of {DIALECTS}, got {self.dialect!r}")
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         self._check_batch()
@@ -135,6 +152,7 @@ class EmulatorConfig:
             f"--latency-jitter={self.latency_jitter_s}",
             f"--responder={self.responder}",
             f"--workers={self.workers}",
+            f"--dialect={self.dialect}",
         ]
         for flag, value in (("rpm", self.rpm), ("tpm", self.tpm), ("seed", self.seed)):
             if value is not None:
