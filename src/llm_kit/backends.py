@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from llm_kit.dialect_choice import DialectChoice
 from llm_kit.errors import ProviderError
 from llm_kit.providers.base import Codec, Completion
 from llm_kit.ratelimit import RateLimiter
@@ -32,13 +33,21 @@ class Backend(ABC):
 
 
 class HttpBackend(Backend):
+    """``structured`` (OpenAI-compatible servers only) picks how a schema is asked for."""
+
     def __init__(
-        self, codec: Codec, model: str, transport: HttpTransport, limiter: RateLimiter
+        self,
+        codec: Codec,
+        model: str,
+        transport: HttpTransport,
+        limiter: RateLimiter,
+        structured: DialectChoice | None = None,
     ) -> None:
         self.codec = codec
         self.model = model
         self.transport = transport
         self.limiter = limiter
+        self.structured = structured
         self._path = codec.path(model)
 
     async def complete(
@@ -47,11 +56,28 @@ class HttpBackend(Backend):
         sampling: Mapping[str, Any],
         schema: ResponseSchema | None,
     ) -> Completion:
-        body = self.codec.encode(self.model, messages, sampling, schema)
+        if schema is None or self.structured is None:
+            body = self.codec.encode(self.model, messages, sampling, schema)
+            return self._decode(*await self._post(body))
+        while True:  # ends: each pass uses a dialect further down a finite list
+            dialect = self.structured.current
+            body = self.codec.encode(self.model, messages, sampling, None)
+            dialect.apply(body, schema)
+            status, headers, raw = await self._post(body)
+            if status >= 400 and self.structured.moved_on(dialect, status, raw):
+                continue
+            completion = self._decode(status, headers, raw)
+            self.structured.worked(dialect)
+            return completion
+
+    async def _post(self, body: dict[str, Any]) -> tuple[int, Mapping[str, str], bytes]:
         status, headers, raw = await self.transport.post_json(self._path, body)
         info = self.codec.rate_limits(headers)
         if info is not None:
             self.limiter.observe(info)
+        return status, headers, raw
+
+    def _decode(self, status: int, headers: Mapping[str, str], raw: bytes) -> Completion:
         if status >= 400:
             raise self.codec.error(status, headers, raw)
         try:

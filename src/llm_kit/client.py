@@ -6,8 +6,8 @@ import asyncio
 import importlib.util
 import inspect
 import os
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Sized
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sized
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from llm_kit import jsonl
 from llm_kit.backends import Backend, HttpBackend, LocalBackend
 from llm_kit.batch.api import BatchAPI
+from llm_kit.dialect_choice import check_structured_output, dialect_choice
 from llm_kit.errors import (
     BatchItemFailed,
     CompletionError,
@@ -25,13 +26,15 @@ from llm_kit.errors import (
     ProviderError,
     ResponseValidationError,
 )
+from llm_kit.pacing import backoff_delay, estimate_tokens
 from llm_kit.pipeline import Items, run_pool
 from llm_kit.progress import ProgressBar
 from llm_kit.providers import MESSAGE_FORMATS, get_codec
 from llm_kit.ratelimit import RateLimiter
 from llm_kit.schema import parse_response, response_schema
+from llm_kit.sessions import BackendScope, closes_after, closes_after_stream
 from llm_kit.transport import HttpTransport
-from llm_kit.types import BatchConfig, BatchItem, BatchResult, ImagePart, Message, Usage
+from llm_kit.types import BatchConfig, BatchItem, BatchResult, Message, Usage
 
 # Keys tried in order when api_key is None.
 _KEY_ENV = {
@@ -39,8 +42,6 @@ _KEY_ENV = {
     "anthropic": ("ANTHROPIC_API_KEY",),
     "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
 }
-_DEFAULT_OUTPUT_ESTIMATE = 256  # tokens reserved for the answer when max_tokens is unset
-_IMAGE_TOKEN_ESTIMATE = 800
 
 
 class LLM(BatchAPI):
@@ -49,7 +50,10 @@ class LLM(BatchAPI):
     ``message_format`` picks the wire format: ``openai`` (also any OpenAI-compatible server
     through ``base_url``), ``anthropic``, ``gemini`` or ``local`` (the embedded CPU model).
     The key comes from ``api_key`` or the provider's environment variable; it is kept in
-    memory only, never written anywhere.
+    memory only, never written anywhere. ``structured_output`` says how an OpenAI-compatible
+    server is asked for a ``response_model``'s JSON (``llm_kit.dialects``; ``auto``: learned
+    from the server's refusals). Each call closes the connections it opened when it ends;
+    ``async with LLM(...)`` or ``keep_open()`` keep them across calls.
     """
 
     def __init__(
@@ -67,6 +71,7 @@ class LLM(BatchAPI):
         sampling: dict[str, Any] | None = None,
         config: BatchConfig | None = None,
         headers: dict[str, str] | None = None,
+        structured_output: str = "auto",
     ) -> None:
         if message_format not in MESSAGE_FORMATS:
             raise ConfigError(
@@ -89,9 +94,9 @@ class LLM(BatchAPI):
             k: v for k, v in {**defaults, **(sampling or {})}.items() if v is not None
         }
         self._extra_headers = dict(headers or {})
+        self.structured_output = check_structured_output(structured_output, message_format)
         self.limiter = RateLimiter(self.config.rpm, self.config.tpm)
-        self._backend: Backend | None = None
-        self._backend_loop: asyncio.AbstractEventLoop | None = None
+        self._scope = BackendScope(self._make_backend)
         if message_format == "local":
             self.base_url = None
             self._api_key: str | None = None
@@ -109,11 +114,7 @@ class LLM(BatchAPI):
     # -- lifecycle ------------------------------------------------------------------------
 
     def _get_backend(self) -> Backend:
-        loop = asyncio.get_running_loop()
-        if self._backend is None or self._backend_loop is not loop:
-            self._backend = self._make_backend()
-            self._backend_loop = loop
-        return self._backend
+        return self._scope.get()
 
     def _make_backend(self) -> Backend:
         if self.message_format == "local":
@@ -127,18 +128,27 @@ class LLM(BatchAPI):
             request_timeout=self.config.request_timeout,
             connect_timeout=self.config.connect_timeout,
         )
-        return HttpBackend(codec, self.model, transport, self.limiter)
+        structured = (
+            dialect_choice(transport.base_url, self.structured_output)
+            if codec.speaks_dialects
+            else None
+        )
+        return HttpBackend(codec, self.model, transport, self.limiter, structured)
+
+    def keep_open(self) -> None:
+        """Keep the connections open across calls until ``aclose()`` (each call otherwise
+        closes what it opened when it ends)."""
+        self._scope.hold()
 
     async def aclose(self) -> None:
-        if self._backend is not None:
-            await self._backend.aclose()
-            self._backend = None
+        await self._scope.close()
 
     async def __aenter__(self) -> LLM:
+        self._scope.hold()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        await self._scope.release()
 
     # -- one request ------------------------------------------------------------------------
 
@@ -159,6 +169,7 @@ class LLM(BatchAPI):
             raise CompletionError(result)
         return result.response
 
+    @closes_after
     async def run_item(self, item: BatchItem) -> BatchResult:
         """Send one item with retries, pacing and validation; never raises for the item's
         own failure (it becomes the result's error), only for a fatal one (a rejected key)."""
@@ -169,7 +180,7 @@ class LLM(BatchAPI):
             schema = response_schema(item.response_model) if item.response_model else None
         except ItemError as exc:
             return _failure(item, str(exc), "invalid_item", retryable=False, attempts=0)
-        estimate = _estimate_tokens(item, sampling) if self.limiter.tpm else 0
+        estimate = estimate_tokens(item, sampling) if self.limiter.tpm else 0
         usage = Usage()
         attempts = validation_failures = 0
         while True:
@@ -190,7 +201,7 @@ class LLM(BatchAPI):
                     ) from None
                 if not exc.retryable or attempts > config.max_retries:
                     return _failure(item, str(exc), exc.kind, exc.retryable, attempts, usage)
-                delay = _backoff(config, attempts, exc.retry_after)
+                delay = backoff_delay(config, attempts, exc.retry_after)
                 if exc.status == 429:
                     self.limiter.cool_down(delay)
                 await asyncio.sleep(delay)
@@ -235,8 +246,10 @@ class LLM(BatchAPI):
         self, items: Items, *, progress: bool = False
     ) -> AsyncIterator[BatchResult]:
         """Yield a BatchResult per item as each completes (completion order, not input order)."""
-        async for result in self._results(items, progress=progress):
-            yield result
+        # aclosing: a consumer that stops early closes the pool (and its connections) at once.
+        async with aclosing(self._results(items, progress=progress)) as results:
+            async for result in results:
+                yield result
 
     async def batch_to_jsonl(
         self,
@@ -290,6 +303,7 @@ class LLM(BatchAPI):
             count += 1
         return count
 
+    @closes_after_stream
     async def _results(
         self,
         items: Items,
@@ -297,25 +311,28 @@ class LLM(BatchAPI):
         progress: bool,
         skip: set[str] | None = None,
         record: Callable[[BatchResult], None] | None = None,
-    ) -> AsyncIterator[BatchResult]:
+    ) -> AsyncGenerator[BatchResult, None]:
         """The core loop shared by the sinks: pool, progress, recording, fail-fast."""
         config = self.config
         total = max(0, len(items) - len(skip or ())) if isinstance(items, Sized) else None
         skip_fn = (lambda item: item.id in skip) if skip else None
-        with ProgressBar(total, enabled=progress) as bar:
-            async for result in run_pool(
-                items,
-                self.run_item,
-                workers=config.worker_concurrency,
-                buffer_size=config.input_buffer_size,
-                skip=skip_fn,
-            ):
-                if record is not None:
-                    record(result)
-                bar.advance(result.ok)
-                if not result.ok and config.on_failure == "raise":
-                    raise BatchItemFailed(result.id, result.error or "unknown error")
-                yield result
+        pool = run_pool(
+            items,
+            self.run_item,
+            workers=config.worker_concurrency,
+            buffer_size=config.input_buffer_size,
+            skip=skip_fn,
+        )
+        # aclosing: stopping early (or fail-fast) stops the workers before the pool closes.
+        async with aclosing(pool) as results:
+            with ProgressBar(total, enabled=progress) as bar:
+                async for result in results:
+                    if record is not None:
+                        record(result)
+                    bar.advance(result.ok)
+                    if not result.ok and config.on_failure == "raise":
+                        raise BatchItemFailed(result.id, result.error or "unknown error")
+                    yield result
 
 
 def require_key(message_format: str) -> str:
@@ -355,27 +372,6 @@ def _local_model_path(model: str) -> str:
             "LLM_KIT_LOCAL_MODEL_PATH"
         )
     return str(path)
-
-
-def _backoff(config: BatchConfig, attempt: int, server_wait: float | None) -> float:
-    """The server's wait when it gave one, else exponential backoff with full jitter."""
-    if server_wait is not None:
-        return min(server_wait, config.retry_max_delay)
-    ceiling = min(config.retry_max_delay, config.retry_base_delay * 2 ** (attempt - 1))
-    return ceiling * (0.5 + random.random() / 2)
-
-
-def _estimate_tokens(item: BatchItem, sampling: dict[str, Any]) -> int:
-    """A cheap upper-ish estimate for the TPM reservation: ~4 characters a token."""
-    chars = images = 0
-    for message in item.messages:
-        for part in message.content:
-            if isinstance(part, ImagePart):
-                images += 1
-            else:
-                chars += len(part.text)
-    output = sampling.get("max_tokens") or sampling.get("max_completion_tokens")
-    return chars // 4 + 1 + images * _IMAGE_TOKEN_ESTIMATE + int(output or _DEFAULT_OUTPUT_ESTIMATE)
 
 
 def _failure(

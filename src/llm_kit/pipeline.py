@@ -9,7 +9,7 @@ through a small bounded queue in completion order.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable
 from typing import Any
 
 from llm_kit.types import BatchItem, BatchResult
@@ -34,7 +34,7 @@ async def run_pool(
     workers: int,
     buffer_size: int,
     skip: Callable[[BatchItem], bool] | None = None,
-) -> AsyncIterator[BatchResult]:
+) -> AsyncGenerator[BatchResult, None]:
     """Yield ``process(item)`` for every item (not skipped), as the results complete."""
     inbox: asyncio.Queue[Any] = asyncio.Queue(maxsize=buffer_size)
     outbox: asyncio.Queue[Any] = asyncio.Queue(maxsize=workers)

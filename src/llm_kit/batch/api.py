@@ -9,13 +9,14 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from llm_kit import jsonl
+from llm_kit.backends import Backend, HttpBackend
 from llm_kit.batch import runner
 from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk
 from llm_kit.batch.job import BatchJob, BatchJobStatus
@@ -25,10 +26,8 @@ from llm_kit.providers import get_codec
 from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
 from llm_kit.providers.gemini_batch import GeminiBatchBackend
 from llm_kit.providers.openai_batch import OpenAIBatchBackend
+from llm_kit.sessions import BackendScope, closes_after, closes_after_stream
 from llm_kit.types import BatchConfig, BatchItem, BatchResult
-
-if TYPE_CHECKING:
-    from llm_kit.backends import Backend
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +63,12 @@ class BatchAPI:
     base_url: str | None
     config: BatchConfig
     sampling: dict[str, Any]
+    _scope: BackendScope
 
     def _get_backend(self) -> Backend:
         raise NotImplementedError
 
     def _batch_backend(self) -> BatchBackend:
-        from llm_kit.backends import HttpBackend
-
         cls = BATCH_BACKENDS.get(self.message_format)
         if cls is None:
             raise ConfigError(
@@ -100,6 +98,7 @@ class BatchAPI:
             )
         return self._batch_backend()
 
+    @closes_after
     async def submit_batch(
         self, items: Iterable[BatchItem], *, spool_dir: str | os.PathLike[str] | None = None
     ) -> BatchJob:
@@ -157,26 +156,30 @@ class BatchAPI:
             on_model=remember,
         )
 
+    @closes_after
     async def poll_batch(self, job: BatchJob) -> BatchJobStatus:
         """Ask the provider how every batch of the job is doing; updates ``job`` in place."""
         await runner.refresh(self._check_job(job), job)
         return job.status()
 
+    @closes_after_stream
     async def fetch_batch_results(
         self, job: BatchJob, items: Items | None = None
-    ) -> AsyncIterator[BatchResult]:
+    ) -> AsyncGenerator[BatchResult, None]:
         """One BatchResult per item, validated against each item's response_model when the
         items are given again (a Python type cannot live in the job file)."""
         models = runner.models_of(items)
         async for result in runner.fetch(self._check_job(job), job, models):
             yield result
 
+    @closes_after
     async def cancel_batch(self, job: BatchJob) -> BatchJobStatus:
         """Stop every running batch; what finished stays billed and fetchable."""
         backend = self._check_job(job)
         await asyncio.gather(*(backend.cancel(b) for b in job.batches if not b.state.is_terminal))
         return job.status()
 
+    @closes_after
     async def resubmit_failed(
         self,
         job: BatchJob,
@@ -222,6 +225,7 @@ class BatchAPI:
         await runner.create_batches(backend, job, chunks, on_created)
         return len(failed)
 
+    @closes_after
     async def run_batch_api(
         self,
         items: Items,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llm_kit.emulator.config import BATCH_OPTIONS, RESPONDERS, EmulatorConfig
+from llm_kit.emulator.config import BATCH_OPTIONS, DIALECTS, RESPONDERS, EmulatorConfig
 from llm_kit.emulator.runner import ready_line
 from llm_kit.emulator.server import serve
 
@@ -30,6 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--hang-seconds", type=float, help="how long a hung request hangs (default 600)")
     add("--retry-after", type=float, help="retry-after of injected 429s (default 1.0)")
     add("--responder", choices=RESPONDERS, help="echo (default) or local (embedded model)")
+    add(
+        "--dialect",
+        choices=DIALECTS,
+        help="the OpenAI-compatible server whose structured-output forms /v1/chat/completions "
+        "takes (default openai); the others are refused as that server does",
+    )
     add("--seed", type=int, help="seed of the fault and jitter draws")
     add("--workers", type=int, help="processes sharing the port (SO_REUSEPORT)")
     add(

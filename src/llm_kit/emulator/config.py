@@ -7,6 +7,16 @@ from typing import Any, Literal, NamedTuple
 
 ResponderName = Literal["echo", "local"]
 RESPONDERS: tuple[ResponderName, ...] = ("echo", "local")
+# OpenAI-compatible servers whose structured-output forms the OpenAI endpoint takes (dialects.py).
+DialectName = Literal["openai", "vllm", "llama_server", "llama_cpp_python", "ollama", "plain"]
+DIALECTS: tuple[DialectName, ...] = (
+    "openai",
+    "vllm",
+    "llama_server",
+    "llama_cpp_python",
+    "ollama",
+    "plain",
+)
 
 
 @dataclass(slots=True)
@@ -62,6 +72,10 @@ class EmulatorConfig:
     ``batch_create_delay_s`` holds every batch creation's answer back that long *after* the
     job exists, as a slow provider does: a client stopped in between has paid for a batch it
     never heard of (the window that orphan adoption closes).
+
+    ``dialect`` makes the OpenAI endpoint take only the structured-output forms of one
+    OpenAI-compatible server (``openai``, ``vllm``, ``llama_server``, ``llama_cpp_python``,
+    ``ollama``, ``plain``: none) and refuse the others as that server does.
     """
 
     latency_s: float = 0.0
@@ -81,6 +95,7 @@ class EmulatorConfig:
     batch_max_requests: int | None = None
     batch_max_bytes: int | None = None
     batch_create_delay_s: float = 0.0
+    dialect: DialectName = "openai"
 
     def __post_init__(self) -> None:
         if self.latency_s < 0 or self.latency_jitter_s < 0:
@@ -91,6 +106,8 @@ class EmulatorConfig:
                 raise ValueError(f"{name} must be at least 1 (or None for no limit)")
         if self.responder not in RESPONDERS:
             raise ValueError(f"responder must be one of {RESPONDERS}, got {self.responder!r}")
+        if self.dialect not in DIALECTS:
+            raise ValueError(f"dialect must be one of {DIALECTS}, got {self.dialect!r}")
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         self._check_batch()
@@ -140,6 +157,7 @@ class EmulatorConfig:
             f"--latency-jitter={self.latency_jitter_s}",
             f"--responder={self.responder}",
             f"--workers={self.workers}",
+            f"--dialect={self.dialect}",
         ]
         for flag, value in (("rpm", self.rpm), ("tpm", self.tpm), ("seed", self.seed)):
             if value is not None:

@@ -7,6 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
+from llm_kit.emulator.config import DialectName
+from llm_kit.emulator.dialects import apply_structured
 from llm_kit.emulator.errors import RequestError
 from llm_kit.emulator.family import (
     JSON_HEADERS,
@@ -127,10 +129,11 @@ class OpenAIFamily(Family):
         return json_response(error_body(_NO_KEY, "invalid_request_error"), 401)
 
     def parse(self, body: dict[str, Any], request: web.Request) -> Prompt:
-        return self.parse_body(body)
+        return self.parse_body(body, self.state.config.dialect)
 
-    def parse_body(self, body: dict[str, Any]) -> Prompt:
-        """A chat completions body → Prompt (live requests and batch lines alike)."""
+    def parse_body(self, body: dict[str, Any], dialect: DialectName = "openai") -> Prompt:
+        """A chat completions body → Prompt (live requests and batch lines alike); ``dialect``
+        is the server whose structured-output forms it takes."""
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise RequestError("you must provide a model parameter")
@@ -159,25 +162,8 @@ class OpenAIFamily(Family):
             chars += len(text)
             prompt.messages.append({"role": _ROLES.get(message["role"], "user"), "content": text})
         prompt.chars = chars
-        self._response_format(body.get("response_format"), prompt)
+        apply_structured(body, prompt, dialect)
         return prompt
-
-    @staticmethod
-    def _response_format(spec: Any, prompt: Prompt) -> None:
-        if not isinstance(spec, dict):
-            return
-        if spec.get("type") == "json_schema":
-            json_schema = spec.get("json_schema")
-            schema = json_schema.get("schema") if isinstance(json_schema, dict) else None
-            if not isinstance(schema, dict):
-                raise RequestError(
-                    "Missing required parameter: 'response_format.json_schema'.",
-                    param="response_format",
-                    code="missing_required_parameter",
-                )
-            prompt.schema = schema
-        elif spec.get("type") == "json_object":
-            prompt.json_mode = True
 
     def render(self, prompt: Prompt, reply: Reply) -> dict[str, Any]:
         return {
@@ -210,7 +196,9 @@ class OpenAIFamily(Family):
         }
 
     def request_error(self, error: RequestError) -> web.Response:
-        body = error_body(error.message, "invalid_request_error", error.param, error.code)
+        body = error_body(
+            error.message, error.kind or "invalid_request_error", error.param, error.code
+        )
         return json_response(body, error.status)
 
     def limit_headers(self, budget: BudgetState) -> dict[str, str]:

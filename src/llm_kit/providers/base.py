@@ -21,6 +21,13 @@ from llm_kit.types import Message, Usage
 
 # Status codes worth another try (DESIGN.md, provider-wire-formats §5.3).
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+# What a request-validation failure looks like in a 5xx body (pydantic, FastAPI): servers such
+# as llama-cpp-python's answer a request they cannot parse with HTTP 500.
+_REQUEST_VALIDATION = re.compile(
+    r"\bvalidation errors?\b|Input should be|Field required|Extra inputs are not permitted"
+    r"|'loc': \(",
+    re.IGNORECASE,
+)
 
 
 @dataclass(slots=True)
@@ -51,6 +58,9 @@ class Codec(ABC):
     name: ClassVar[str]
     env_key: ClassVar[str]
     default_base_url: ClassVar[str]
+    # Whether the server may be any OpenAI-compatible one, each with its own way of taking a
+    # response schema (llm_kit.dialects).
+    speaks_dialects: ClassVar[bool] = False
 
     @abstractmethod
     def path(self, model: str) -> str:
@@ -82,6 +92,10 @@ class Codec(ABC):
         """An error response → ProviderError, with retryability and the server's wait."""
         message, kind = self._error_message(status, body)
         retryable = status in RETRYABLE_STATUS
+        if status >= 500 and _REQUEST_VALIDATION.search(message):
+            # The server's crash on a request it could not validate: the same request fails
+            # the same way every time.
+            retryable, kind = False, "invalid_request_error"
         should_retry = headers.get("x-should-retry")
         if should_retry == "true":
             retryable = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llm_kit.dialects import NATIVE
 from llm_kit.providers.base import Codec, Completion, RateLimitInfo, int_header, parse_duration
 from llm_kit.schema import ResponseSchema
 from llm_kit.types import ImagePart, Message, TextPart, Usage
@@ -14,6 +15,7 @@ class OpenAICodec(Codec):
     name = "openai"
     env_key = "OPENAI_API_KEY"
     default_base_url = "https://api.openai.com/v1"
+    speaks_dialects = True
 
     def path(self, model: str) -> str:
         return "/chat/completions"
@@ -34,14 +36,8 @@ class OpenAICodec(Codec):
             if value is not None:
                 body[key] = value
         if schema is not None:
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": schema.name,
-                    "strict": schema.strict,
-                    "schema": schema.strict_schema or schema.schema,
-                },
-            }
+            # Batch files and OpenAI itself; other servers' forms: llm_kit.dialects.
+            NATIVE.apply(body, schema)
         return body
 
     def decode(self, body: Any) -> Completion:

@@ -17,6 +17,10 @@ from mmirage.config.fields import (
 )
 
 MessageFormat = Literal["openai", "anthropic", "gemini", "local"]
+# How an OpenAI-compatible server is asked for a JSON output's schema (llm_kit.dialects).
+StructuredOutput = Literal[
+    "auto", "json_schema", "json_object", "guided_json", "ollama_format", "prompt"
+]
 
 
 def _default_tp_size() -> int:
@@ -52,17 +56,28 @@ class LLMProcessorConfig:
     model: str | None = None
     base_url: str | None = None
     message_format: MessageFormat | None = None
+    # auto: the server's first form that it does not refuse, learned at the first refusal.
+    structured_output: StructuredOutput = "auto"
     # Live pipeline pacing (None: llm_kit's BatchConfig default).
     worker_concurrency: PositiveInt | None = None
     input_buffer_size: PositiveInt | None = None
     rpm: PositiveInt | None = None
     tpm: PositiveInt | None = None
     max_retries: int | None = None
+    validation_retries: int | None = None
     request_timeout: PositiveFloat | None = None
 
     def __post_init__(self) -> None:
-        if self.max_retries is not None and self.max_retries < 0:
-            raise FieldError("max_retries", f"must be >= 0, got {self.max_retries}")
+        for name in ("max_retries", "validation_retries"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise FieldError(name, f"must be >= 0, got {value}")
+        if self.structured_output != "auto" and self.message_format not in (None, "openai"):
+            raise FieldError(
+                "structured_output",
+                f"{self.structured_output!r} is for OpenAI-compatible servers; "
+                f"message_format {self.message_format} has one native form: leave it 'auto'",
+            )
 
     @property
     def model_name(self) -> str:
@@ -180,4 +195,5 @@ __all__ = [
     "ProcessorConfig",
     "SGLangImageBackend",
     "ServerArgs",
+    "StructuredOutput",
 ]

@@ -35,6 +35,7 @@ _PACING_FIELDS = (
     "rpm",
     "tpm",
     "max_retries",
+    "validation_retries",
     "request_timeout",
 )
 _LOCAL_MODEL_NAME = "local"  # LLM(model=...) must be non-empty; the embedded default is used
@@ -104,6 +105,7 @@ def build_llm(config: LLMProcessorConfig, server: LaunchedServer | None = None) 
         base_url=server.base_url if server else config.base_url,
         api_key=server.api_key if server else None,
         config=batch_config(config),
+        structured_output=config.structured_output,
         **sampling_kwargs(config),
     )
 
@@ -131,6 +133,8 @@ class LLMProcessor:
             if self.server is not None:
                 self.server.stop()
             raise
+        # One connection pool for every group of rows of the shard, until aclose.
+        self.llm.keep_open()
         # One pydantic model per (output, schema): building them is not free and rows are many.
         self._models: dict[tuple[str, Any], type[BaseModel]] = {}
 
