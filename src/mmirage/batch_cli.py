@@ -29,9 +29,6 @@ from mmirage.core.process.batch.collector import (
     AdapterPool,
     BatchStatus,
     CollectorError,
-    FetchReport,
-    MergeTotals,
-    fetch_terminal,
     open_store,
     pipeline_key,
     poll,
@@ -39,7 +36,6 @@ from mmirage.core.process.batch.collector import (
     require_batches,
     scan_receipts,
     wait_until_terminal,
-    write_merged,
 )
 from mmirage.core.process.batch.cost import (
     PRICES_AS_OF,
@@ -49,6 +45,8 @@ from mmirage.core.process.batch.cost import (
     register_config_prices,
     usage_cost,
 )
+from mmirage.core.process.batch.fetching import FetchReport, fetch_terminal
+from mmirage.core.process.batch.merged_output import write_merged
 from mmirage.core.process.batch.resubmit import retry_failed
 from mmirage.core.process.batch.results_store import (
     CANCELED,
@@ -62,6 +60,7 @@ from mmirage.core.process.batch.results_store import FAILED as REQUEST_FAILED
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
     from mmirage.core.process.batch.results_store import BatchRecord
+    from mmirage.core.process.batch.row_rebuild import MergeTotals
 
 _STATUS_ORDER = (COMPLETED, IN_PROGRESS, FAILED, UNKNOWN, LOOKUP_FAILED)
 _COUNT_ORDER = ("succeeded", "errored", "expired", "canceled", "processing")
