@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, NamedTuple
 
-ResponderName = Literal["echo", "local"]
-RESPONDERS: tuple[ResponderName, ...] = ("echo", "local")
+ResponderName = Literal["echo", "local", "verbatim"]
+RESPONDERS: tuple[ResponderName, ...] = ("echo", "local", "verbatim")
 
 
 @dataclass(slots=True)

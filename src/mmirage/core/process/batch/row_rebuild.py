@@ -1,4 +1,11 @@
-"""Rebuilding one published row from its ``__vars__`` and its requests' outcomes."""
+"""Rebuilding one published row from its ``__vars__`` and its requests' outcomes.
+
+A row waiting for batch results keeps in ``__vars__`` the variables its ``output_schema``
+reads. Only the variables named after a ``batch_api`` output whose value is that output's own
+placeholder (``__BATCH_SUBMITTED__:<output>-<modality>-<n>``, the id the batch processor gives
+it) are filled: the same text in a dataset column or in a live model's answer is data, and
+filling it would hand the row another row's result (and count its tokens twice).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from llm_kit.errors import ResponseValidationError
 from llm_kit.schema import parse_response
+from mmirage.core.process.batch.payload import custom_id_for
+from mmirage.core.process.batch.receipts import MODALITIES
 from mmirage.core.process.batch.results_store import SUCCEEDED, Outcome
 from mmirage.core.process.variables import RowError
 from mmirage.core.writer.renderer import PLACEHOLDER_PREFIX, find_placeholders, render_value
@@ -68,16 +77,19 @@ class RowBuilder:
             provider_config = getattr(config.processor_for(output), "provider_config", None)
             self._models[output.name] = getattr(provider_config, "model", None)
 
-    @staticmethod
-    def pending(row: Mapping[str, Any]) -> list[tuple[str, str]]:
-        """``(variable, custom_id)`` of each placeholder in the row's ``__vars__``."""
+    def pending(self, row: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """``(variable, custom_id)`` of each placeholder the row's own batch requests left in
+        its ``__vars__`` (see the module docstring: any other look-alike value is data)."""
         variables = row.get(VARS)
         if type(variables) is not dict:
             return []
         return [
             (name, value[_PREFIX_LEN:])
             for name, value in variables.items()
-            if type(value) is str and value.startswith(PLACEHOLDER_PREFIX)
+            if name in self._models
+            and type(value) is str
+            and value.startswith(PLACEHOLDER_PREFIX)
+            and is_own_request(name, value[_PREFIX_LEN:])
         ]
 
     def rebuild(
@@ -164,6 +176,16 @@ class RowBuilder:
             row["input_tokens"], row["output_tokens"] = tokens
 
 
+def is_own_request(output: str, custom_id: str) -> bool:
+    """Is ``custom_id`` an id the batch processor gives a request of ``output``?"""
+    modality, _, number = custom_id.removeprefix(f"{output}-").partition("-")
+    return (
+        modality in MODALITIES
+        and number.isdigit()
+        and custom_id == custom_id_for(output, modality, int(number))
+    )
+
+
 def _errors(row: Mapping[str, Any]) -> dict[str, str]:
     """The row's ``__errors__`` as a dict (Arrow formats fill absent keys with null)."""
     errors = row.get(ERRORS)
@@ -179,4 +201,4 @@ def _has_placeholder(value: Any) -> bool:
     return isinstance(value, dict | list) and bool(find_placeholders(value))
 
 
-__all__ = ["INVALID", "MergeTotals", "RowBuilder"]
+__all__ = ["INVALID", "MergeTotals", "RowBuilder", "is_own_request"]
