@@ -3,6 +3,8 @@ subprocess, over real HTTP to the emulator.
 
 * a value that looks like a placeholder (in a dataset column, or in a live model's answer) is
   data, never filled with another row's result;
+* a result download that is empty, cut off or not UTF-8 is downloaded again, never stored as
+  the batch's results (so ``retry`` never buys again what the provider did answer).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 
 from batch_spec_support import (
     PLACEHOLDER,
+    batches_created,
     cli_env,
     mmirage,
     read_jsonl,
@@ -24,6 +27,10 @@ from batch_spec_support import (
 )
 from llm_kit.emulator import EmulatorConfig, running_emulator
 from llm_kit.emulator.runner import EmulatorHandle
+from mmirage.batch_cli import batch_merge, batch_retry
+from mmirage.core.process.batch import fetching
+from mmirage.core.process.batch.collector import open_store
+from test_batch_collector import ENV, SIZES, make_config, run_all
 
 KEY = "sk-merge-safety-7788"
 MODEL = "gpt-4o-mini"
@@ -116,3 +123,68 @@ def test_placeholder_look_alikes_in_data_or_live_answers_are_left_as_they_are(
     assert request_totals(merge.out)["total"] == 4, merge.out
     tokens = {r["input_tokens"] for r in merged}
     assert len(tokens) == 1, merged  # the four answers' prompts have the same length
+
+
+# -- damaged result downloads -------------------------------------------------------------------
+
+REQUESTS = 2 * (sum(SIZES.values()) - 1)  # two outputs per row; one row fails at run time
+
+
+@pytest.fixture
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetching, "RETRY_DELAYS", (0.0,) * len(retry_delays()), raising=False)
+
+
+def retry_delays() -> tuple[float, ...]:
+    return tuple(getattr(fetching, "RETRY_DELAYS", (1.0, 2.0, 4.0)))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_damaged_downloads_are_downloaded_again_and_retry_buys_nothing(
+    provider: str,
+    no_backoff: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(ENV[provider], KEY)
+    # One empty, one cut off, one with invalid UTF-8: the first three result downloads.
+    faults = EmulatorConfig(seed=4, batch_damaged_downloads=3)
+    with running_emulator(faults, subprocess=True) as emu:
+        config = make_config(tmp_path, emu, provider)
+        run_all(config)
+        submitted = batches_created(emu, provider)
+        assert batch_merge(config, tmp_path / "merged.jsonl") == 0
+        out = capsys.readouterr().out
+        assert f"requests: {REQUESTS} ({REQUESTS} succeeded, 0 failed" in out, out
+        assert batch_retry(config) == 0
+        assert "nothing to resubmit" in capsys.readouterr().out
+        assert batches_created(emu, provider) == submitted  # no request bought twice
+
+
+def test_a_download_still_damaged_after_the_retries_is_not_stored(
+    no_backoff: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(ENV["openai"], KEY)
+    tries = len(retry_delays()) + 1
+    with running_emulator(
+        EmulatorConfig(seed=4, batch_damaged_downloads=tries + 1), subprocess=True
+    ) as emu:
+        config = make_config(tmp_path, emu)
+        run_all(config)
+        submitted = batches_created(emu)
+        assert batch_merge(config, tmp_path / "merged.jsonl") == 1
+        captured = capsys.readouterr()
+        (error,) = [line for line in captured.err.splitlines() if line.startswith("error: ")]
+        assert "rerun merge to download it again" in error and "nothing of it was stored" in error
+        with open_store(config) as store:
+            assert sum(not b.fetched for b in store.batches()) == 1
+        # retry downloads that batch again (whole now) and finds nothing to resubmit.
+        assert batch_retry(config) == 0
+        assert "nothing to resubmit" in capsys.readouterr().out
+        assert batches_created(emu) == submitted
+        assert batch_merge(config, tmp_path / "merged.jsonl") == 0
+        assert f"({REQUESTS} succeeded" in capsys.readouterr().out

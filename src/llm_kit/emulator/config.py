@@ -59,6 +59,8 @@ class EmulatorConfig:
     expiring job's requests still succeed); ``batch_item_error_rate`` is the share of requests
     that fail one by one. ``batch_max_requests``/``batch_max_bytes`` replace every provider's
     own per-batch limits, so that tests can check that a client splits its jobs.
+    ``batch_damaged_downloads`` is how many result-file downloads, from the first, are served
+    damaged (empty, cut off, invalid UTF-8, in turn; see ``damaged_downloads``).
     """
 
     latency_s: float = 0.0
@@ -77,6 +79,7 @@ class EmulatorConfig:
     batch_item_error_rate: float = 0.0
     batch_max_requests: int | None = None
     batch_max_bytes: int | None = None
+    batch_damaged_downloads: int = 0
 
     def __post_init__(self) -> None:
         if self.latency_s < 0 or self.latency_jitter_s < 0:
@@ -105,6 +108,8 @@ class EmulatorConfig:
                 raise ValueError(f"{name} must be between 0 and 1, got {value}")
         if self.batch_failure_rate + self.batch_expire_rate > 1.0 + 1e-9:
             raise ValueError("batch_failure_rate and batch_expire_rate add up to more than 1")
+        if self.batch_damaged_downloads < 0:
+            raise ValueError("batch_damaged_downloads must not be negative")
         for name in ("batch_max_requests", "batch_max_bytes"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -208,5 +213,11 @@ BATCH_OPTIONS: tuple[BatchOption, ...] = (
         "--batch-max-bytes",
         int,
         "bytes per batch, for every provider (default: each provider's own limit)",
+    ),
+    BatchOption(
+        "batch_damaged_downloads",
+        "--batch-damaged-downloads",
+        int,
+        "the first N result-file downloads are served damaged: empty, cut off, invalid UTF-8",
     ),
 )

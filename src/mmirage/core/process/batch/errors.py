@@ -12,4 +12,14 @@ class CollectorError(Exception):
         self.exit_code = exit_code
 
 
-__all__ = ["CollectorError"]
+class IncompleteResultsError(Exception):
+    """A downloaded result file holds fewer results than the provider says the batch has
+    (an empty, torn or undecodable download): it must be downloaded again, never stored."""
+
+    def __init__(self, message: str, *, got: int, expected: int) -> None:
+        super().__init__(message)
+        self.got = got
+        self.expected = expected
+
+
+__all__ = ["CollectorError", "IncompleteResultsError"]
