@@ -4,7 +4,8 @@ subprocess, over real HTTP to the emulator.
 * a value that looks like a placeholder (in a dataset column, or in a live model's answer) is
   data, never filled with another row's result;
 * a result download that is empty, cut off or not UTF-8 is downloaded again, never stored as
-  the batch's results (so ``retry`` never buys again what the provider did answer).
+  the batch's results (so ``retry`` never buys again what the provider did answer);
+* ``merge`` exits 1 while requests have no result, ``check`` when no receipt is found.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from llm_kit.emulator.runner import EmulatorHandle
 from mmirage.batch_cli import batch_merge, batch_retry
 from mmirage.core.process.batch import fetching
 from mmirage.core.process.batch.collector import open_store
-from test_batch_collector import ENV, SIZES, make_config, run_all
+from test_batch_collector import ENV, SIZES, config_data, make_config, run_all
 
 KEY = "sk-merge-safety-7788"
 MODEL = "gpt-4o-mini"
+PROC = {"type": "batch_api", "provider": "openai", "model": MODEL}
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +190,48 @@ def test_a_download_still_damaged_after_the_retries_is_not_stored(
         assert batches_created(emu) == submitted
         assert batch_merge(config, tmp_path / "merged.jsonl") == 0
         assert f"({REQUESTS} succeeded" in capsys.readouterr().out
+
+
+# -- exit codes -----------------------------------------------------------------------------------
+
+
+def test_merge_with_failed_requests_exits_1_and_names_retry(tmp_path: Path) -> None:
+    with running_emulator(
+        EmulatorConfig(seed=8, batch_item_error_rate=0.5), subprocess=True
+    ) as emu:
+        config = write_yaml(tmp_path / "batch.yaml", config_data(tmp_path, emu))
+        run = mmirage("run", "--config", config, env=env())
+        assert "Traceback" not in run.err, str(run)  # exit 1: one row lacks its input
+        merge = mmirage(
+            "merge", "--config", config, "--output-path", tmp_path / "m.jsonl", env=env()
+        )
+    assert merge.code == 1, str(merge)
+    assert "Traceback" not in merge.err
+    (error,) = merge.error_lines
+    failed = request_totals(merge.out)["failed"]
+    assert failed > 0 and error.startswith(f"error: {failed} request(s) have no result"), error
+    assert f"'mmirage retry --config {config}' resubmits them" in error
+    assert len(read_jsonl(tmp_path / "m.jsonl")) == sum(SIZES.values())  # still written
+
+
+def test_check_exits_1_when_the_files_named_hold_no_receipt(tmp_path: Path) -> None:
+    config = write_yaml(tmp_path / "batch.yaml", config_data(tmp_path, None, processor=PROC))
+    not_a_receipt = write_rows(tmp_path / "rows.jsonl", [{"q": "a question"}])
+    dry_run = write_rows(
+        tmp_path / "batch_metadata.dry-run.text.abc123.jsonl",
+        [
+            {
+                "provider": "openai",
+                "provider_batch_id": "dry-run-text-s0-chunk-000001",
+                "status": "dry_run",
+                "custom_id_to_source_index": {"answer-text-0": 0},
+            }
+        ],
+    )
+    for path in (not_a_receipt, dry_run):
+        check = mmirage("check", "--config", config, "--metadata-path", path, env=env())
+        assert check.code == 1, str(check)
+        assert check.error_lines == [
+            f"error: no batch receipt found in {path} (dry-run receipts are skipped); name the "
+            "<metadata_output_path>.<modality>.<run_id>.jsonl files that 'mmirage run' wrote"
+        ], str(check)

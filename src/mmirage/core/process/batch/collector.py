@@ -117,15 +117,23 @@ def _record(receipt: Receipt) -> BatchRecord:
     )
 
 
-def require_batches(scan: ReceiptScan) -> None:
-    """A ``CollectorError`` when every receipt found belongs to another pipeline or to an
-    earlier configuration of this one (nothing of the current run to report)."""
-    if not scan.batches and scan.skipped:
+def require_batches(scan: ReceiptScan, paths: Sequence[str] = ()) -> None:
+    """A ``CollectorError`` when the receipts read name no batch of the current run: every
+    receipt belongs to another pipeline or to an earlier configuration of this one, or the
+    files hold no receipt at all (not receipt files, or only dry-run receipts)."""
+    if scan.batches:
+        return
+    if scan.skipped:
         raise CollectorError(
             f"the {scan.skipped} receipt(s) found belong to another pipeline sharing "
             "metadata_output_path, or to this pipeline before its configuration changed; "
             "run 'mmirage run' with this configuration first"
         )
+    named = ", ".join(paths) or "the receipt files"
+    raise CollectorError(
+        f"no batch receipt found in {named} (dry-run receipts are skipped); name the "
+        "<metadata_output_path>.<modality>.<run_id>.jsonl files that 'mmirage run' wrote"
+    )
 
 
 def pipeline_key(config: MMirageConfig) -> tuple[str, str]:
