@@ -5,11 +5,13 @@ subprocess, over real HTTP to the emulator.
   data, never filled with another row's result;
 * a result download that is empty, cut off or not UTF-8 is downloaded again, never stored as
   the batch's results (so ``retry`` never buys again what the provider did answer);
-* ``merge`` exits 1 while requests have no result, ``check`` when no receipt is found.
+* ``merge`` exits 1 while requests have no result, ``check`` when no receipt is found;
+* two merges at once on a fresh results store both succeed.
 """
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,9 @@ from typing import Any
 import pytest
 
 from batch_spec_support import (
+    MMIRAGE,
     PLACEHOLDER,
+    REPO,
     batches_created,
     cli_env,
     mmirage,
@@ -235,3 +239,61 @@ def test_check_exits_1_when_the_files_named_hold_no_receipt(tmp_path: Path) -> N
             f"error: no batch receipt found in {path} (dry-run receipts are skipped); name the "
             "<metadata_output_path>.<modality>.<run_id>.jsonl files that 'mmirage run' wrote"
         ], str(check)
+
+
+# -- concurrent merges ----------------------------------------------------------------------------
+
+
+def test_two_concurrent_merges_on_a_fresh_store_both_succeed(tmp_path: Path) -> None:
+    rows = 150
+    with running_emulator(EmulatorConfig(seed=5), subprocess=True) as emu:
+        # One request per batch: many batches to record and download, a wide window to race.
+        config = write_yaml(
+            tmp_path / "batch.yaml",
+            {
+                "processors": [
+                    {**PROC, "base_url": emu.openai_base_url, "max_requests_per_chunk": 1}
+                ],
+                "loading_params": {
+                    "datasets": [
+                        {
+                            "path": write_rows(
+                                tmp_path / "rows.jsonl", [{"q": f"q{i}"} for i in range(rows)]
+                            ),
+                            "type": "JSONL",
+                            "output_dir": str(tmp_path / "out"),
+                        }
+                    ],
+                    "num_shards": 1,
+                    "state_dir": str(tmp_path / "state"),
+                    "output_format": "jsonl",
+                },
+                "processing_params": {
+                    "inputs": [{"name": "question", "key": "q"}],
+                    "outputs": [
+                        {"name": "answer", "type": "batch_api", "prompt": "{{ question }}"}
+                    ],
+                    "output_schema": {"answer": "{{ answer }}"},
+                },
+            },
+        )
+        run = mmirage("run", "--config", config, env=env())
+        assert run.code == 0, str(run)
+        assert not list((tmp_path / "state").rglob("results.sqlite"))  # a fresh store
+        outputs = [tmp_path / "one.jsonl", tmp_path / "two.jsonl"]
+        merges = [
+            subprocess.Popen(
+                [MMIRAGE, "merge", "--config", str(config), "--output-path", str(out)],
+                cwd=REPO,
+                env=env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for out in outputs
+        ]
+        done = [(*m.communicate(timeout=300), m.returncode) for m in merges]
+    for out, err, code in done:
+        assert code == 0 and "Traceback" not in err and "UNIQUE" not in err, (code, out, err)
+        assert f"requests: {rows} ({rows} succeeded" in out, out
+    assert outputs[0].read_bytes() == outputs[1].read_bytes()

@@ -221,11 +221,11 @@ def batch_merge(
             require_batches(scan, paths)
             pool = AdapterPool(config)
             pool.check_providers(scan.records)
-            statuses = None
-            if wait:
-                todo = [r for r in scan.records if not (store.batch(*r.key) or r).fetched]
-                interval = config.execution_params.poll_interval_seconds
-                statuses = _wait(pool, todo, interval)
+            todo = [r for r in scan.records if not (store.batch(*r.key) or r).fetched]
+        statuses = None
+        if wait:  # with the store let go: another merge need not wait hours for this one
+            statuses = _wait(pool, todo, config.execution_params.poll_interval_seconds)
+        with open_store(config) as store:  # opened again: what another merge did meanwhile
             fetch = fetch_terminal(store, pool, scan.records, statuses)
             totals = write_merged(config, store, output_path)
         for message in fetch.errors:

@@ -21,8 +21,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +41,7 @@ from mmirage.core.process.batch.receipts import (
     resolve_receipt_paths,
 )
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
+from mmirage.core.process.batch.store_lock import exclusive
 
 if TYPE_CHECKING:
     from mmirage.config.batch_provider import BatchProviderConfig
@@ -64,8 +66,12 @@ def store_path(config: MMirageConfig) -> Path:
     return pipeline_state_dir(config) / "batch" / "results.sqlite"
 
 
-def open_store(config: MMirageConfig) -> ResultsStore:
-    return ResultsStore(store_path(config))
+@contextlib.contextmanager
+def open_store(config: MMirageConfig) -> Iterator[ResultsStore]:
+    """The pipeline's results store, held by this process alone until closed."""
+    path = store_path(config)
+    with exclusive(path), ResultsStore(path) as store:
+        yield store
 
 
 def receipt_files(
