@@ -30,7 +30,8 @@ TESTS = Path(__file__).resolve().parent
 MMIRAGE = str(Path(sys.executable).with_name("mmirage"))
 PLACEHOLDER = "__BATCH_SUBMITTED__:"
 RUN_ID = re.compile(r"^[0-9a-f]{6}$")
-# Variables the CLI reads that must come from each test only, never from the developer's shell.
+# Variables the CLI reads that must come from each test only, never from the developer's shell
+# (PYTHONPATH stays: it names the sources under test, e.g. a git worktree's).
 _PRIVATE_ENV = re.compile(
     r"^(OPENAI|ANTHROPIC|GEMINI|GOOGLE|MISTRAL)_(API_KEY|BASE_URL)$|^MMIRAGE_"
 )

@@ -368,6 +368,7 @@ def test_submit_check_retrieve(emu: EmulatorHandle, provider: str) -> None:
         "expired": 0,
         "canceled": 0,
         "processing": 0,
+        "answered": 6,
     }
     rows = {
         row["custom_id"]: row for row in adapter.retrieve_results(final.provider_batch_id, config)

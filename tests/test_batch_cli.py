@@ -234,10 +234,13 @@ def test_canceled_batches_are_merged_partially_then_retried(
         adapter = BatchAdapterRegistry.create(provider_config)
         for batch_id in batch_ids(config):
             adapter.cancel_batch(batch_id, provider_config)
-        assert batch_merge(config, str(out), wait=True) == 0
-        printed = capsys.readouterr().out
+        assert batch_merge(config, str(out), wait=True) == 1  # rows without their results
+        captured = capsys.readouterr()
+        printed = captured.out
         canceled = int(printed.split(" canceled")[0].rsplit(", ", 1)[1])
         assert canceled > 0
+        (error,) = [line for line in captured.err.splitlines() if line.startswith("error: ")]
+        assert f"{canceled} canceled" in error and "'mmirage retry --config" in error
         assert batch_retry(config) == 0
         assert f"{canceled} canceled" in capsys.readouterr().out
         assert batch_merge(config, str(out), wait=True) == 0
@@ -279,7 +282,7 @@ def test_merge_with_one_receipt_reports_the_others_missing(
         config = make_config(tmp_path, emu)
         run_all(config)
         text_only = [p for p in receipt_files(config) if ".text." in p]
-        assert batch_merge(config, str(tmp_path / "m.jsonl"), metadata_paths=text_only) == 0
+        assert batch_merge(config, str(tmp_path / "m.jsonl"), metadata_paths=text_only) == 1
     rows = read_jsonl(tmp_path / "m.jsonl")
     images = [r for r in rows if r.get("img") and "__row__" not in (r["__errors__"] or {})]
     assert images and all("no batch receipt names" in r["__errors__"]["answer"] for r in images)

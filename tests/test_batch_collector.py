@@ -17,14 +17,12 @@ from llm_kit.emulator import EmulatorConfig, running_emulator
 from mmirage.config import load_mmirage_config_dict
 from mmirage.config.models import MMirageConfig
 from mmirage.core.process.batch.collector import (
-    MergeTotals,
-    RowBuilder,
     open_store,
     receipt_files,
     scan_receipts,
     store_path,
-    write_merged,
 )
+from mmirage.core.process.batch.merged_output import write_merged
 from mmirage.core.process.batch.resubmit import retry_failed
 from mmirage.core.process.batch.results_store import (
     CANCELED,
@@ -37,6 +35,7 @@ from mmirage.core.process.batch.results_store import (
     Outcome,
     ResultsStore,
 )
+from mmirage.core.process.batch.row_rebuild import MergeTotals, RowBuilder
 from mmirage.core.shard.runner import run_shard
 
 KEY = "sk-collector-secret-4242"
@@ -158,7 +157,8 @@ def source_keys() -> list[str]:
 
 def merge(config: MMirageConfig, output: Path, paths: tuple[str, ...] = ()) -> MergeTotals:
     """What ``batch_merge`` does, returning the totals instead of printing them."""
-    from mmirage.core.process.batch.collector import AdapterPool, fetch_terminal
+    from mmirage.core.process.batch.collector import AdapterPool
+    from mmirage.core.process.batch.fetching import fetch_terminal
 
     with open_store(config) as store:
         scan = scan_receipts(receipt_files(config, paths), store)

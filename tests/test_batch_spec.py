@@ -470,8 +470,13 @@ def test_dry_run_receipts_are_named_dry_run_and_check_skips_them(dry_run: DryRun
     assert not receipt_files(out / "batch_meta.jsonl")  # no real receipt
     assert dry_run.check.code == 1, str(dry_run.check)
     assert dry_run.check.error_lines[0].startswith("error: no batch receipts found")
-    named = ok(dry_run.check_named).out  # skipped even when named
-    assert named.strip() == SUMMARY  # no batch listed
+    named = ok(dry_run.check_named, 1)  # skipped even when named: no receipt to check
+    assert named.error_lines == [
+        f"error: no batch receipt found in {dry_run.check_named.argv[-1]} (dry-run receipts are "
+        "skipped); name the <metadata_output_path>.<modality>.<run_id>.jsonl files that "
+        "'mmirage run' wrote"
+    ]
+    assert SUMMARY not in named.out
 
 
 def test_dry_run_refuses_mode_slurm(tmp_path: Path) -> None:
@@ -996,7 +1001,8 @@ def test_item_errors_failed_and_expired_batches_are_reported_and_retry_redoes_ex
     assert checked.code == 1, str(checked)  # a batch failed
     assert "provider status expired" in checked.out, str(checked)
     merged = tmp_path / "merged.jsonl"
-    first = ok(mmirage("merge", "--config", made.config, "--output-path", merged, env=env))
+    first = ok(mmirage("merge", "--config", made.config, "--output-path", merged, env=env), 1)
+    assert "'mmirage retry --config" in first.error_lines[-1]  # exit 1: rows lack results
     totals = request_totals(first.out)
     assert totals["failed"] > 0 and totals["expired"] > 0, first.out
     rows = read_jsonl(merged)
@@ -1015,9 +1021,10 @@ def test_item_errors_failed_and_expired_batches_are_reported_and_retry_redoes_ex
         new_lines = receipt_lines(new)
         assert sorted(receipt_ids(new_lines)) == sorted(todo)  # exactly the unfinished ones
         assert all(line["retry_of"] for line in new_lines)
-        again = ok(mmirage("merge", "--config", made.config, "--output-path", merged, env=env))
+        again = mmirage("merge", "--config", made.config, "--output-path", merged, env=env)
         rows = read_jsonl(merged)
         left = incomplete_ids(rows)
+        ok(again, 1 if left else 0)
         assert left <= todo  # a success is never lost to a later failure
         assert request_totals(again.out)["succeeded"] == len(QUESTIONS) - len(left)
         todo = left

@@ -5,10 +5,13 @@ Plain functions that print with ``click.echo`` and return the exit code; the com
 
 Exit codes: ``check`` 1 only when a batch failed at the provider (and was not resubmitted by
 ``retry`` since) or a status lookup failed, 0 otherwise — also while batches are running;
-``merge`` 0 when the file is written (even partial: it says how many batches are still
-running), 1 when a batch could not be looked up or downloaded; ``retry`` 0 when everything
-that could be resubmitted was. Any of them: 1 when no receipt is found or a receipt's provider
-is not in the config, 2 when a provider's API key is missing. Errors are one sentence, never a
+``merge`` 0 when the file is written with a value for every request that has ended (even
+partial: it says how many batches are still running), 1 when a request failed, expired, was
+canceled, is missing or came back as invalid JSON (it says that ``mmirage retry`` resubmits
+them), or when a batch could not be looked up or downloaded; ``retry`` 0 when everything
+that could be resubmitted was. Any of them: 1 when no receipt is found (a file given with
+--metadata-path that holds no receipt, or only dry-run ones) or a receipt's provider is not
+in the config, 2 when a provider's API key is missing. Errors are one sentence, never a
 traceback, and never contain a key.
 """
 
@@ -29,9 +32,6 @@ from mmirage.core.process.batch.collector import (
     AdapterPool,
     BatchStatus,
     CollectorError,
-    FetchReport,
-    MergeTotals,
-    fetch_terminal,
     open_store,
     pipeline_key,
     poll,
@@ -39,7 +39,6 @@ from mmirage.core.process.batch.collector import (
     require_batches,
     scan_receipts,
     wait_until_terminal,
-    write_merged,
 )
 from mmirage.core.process.batch.cost import (
     PRICES_AS_OF,
@@ -49,6 +48,8 @@ from mmirage.core.process.batch.cost import (
     register_config_prices,
     usage_cost,
 )
+from mmirage.core.process.batch.fetching import FetchReport, fetch_terminal
+from mmirage.core.process.batch.merged_output import write_merged
 from mmirage.core.process.batch.resubmit import retry_failed
 from mmirage.core.process.batch.results_store import (
     CANCELED,
@@ -58,10 +59,12 @@ from mmirage.core.process.batch.results_store import (
     SUCCEEDED,
 )
 from mmirage.core.process.batch.results_store import FAILED as REQUEST_FAILED
+from mmirage.core.process.batch.row_rebuild import INVALID
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
     from mmirage.core.process.batch.results_store import BatchRecord
+    from mmirage.core.process.batch.row_rebuild import MergeTotals
 
 _STATUS_ORDER = (COMPLETED, IN_PROGRESS, FAILED, UNKNOWN, LOOKUP_FAILED)
 _COUNT_ORDER = ("succeeded", "errored", "expired", "canceled", "processing")
@@ -110,7 +113,7 @@ def batch_check(
         paths = receipt_files(config, metadata_paths, str(config_path) if config_path else None)
         # Receipts named by hand are checked whatever made them; found ones must be ours.
         scan = scan_receipts(paths, only=None if metadata_paths else pipeline_key(config))
-        require_batches(scan)
+        require_batches(scan, paths)
         pool = AdapterPool(config)
         pool.check_providers(scan.records)
         interval = poll_interval or config.execution_params.poll_interval_seconds
@@ -215,14 +218,14 @@ def batch_merge(
         paths = receipt_files(config, metadata_paths)
         with open_store(config) as store:
             scan = scan_receipts(paths, store, only=pipeline_key(config))
-            require_batches(scan)
+            require_batches(scan, paths)
             pool = AdapterPool(config)
             pool.check_providers(scan.records)
-            statuses = None
-            if wait:
-                todo = [r for r in scan.records if not (store.batch(*r.key) or r).fetched]
-                interval = config.execution_params.poll_interval_seconds
-                statuses = _wait(pool, todo, interval)
+            todo = [r for r in scan.records if not (store.batch(*r.key) or r).fetched]
+        statuses = None
+        if wait:  # with the store let go: another merge need not wait hours for this one
+            statuses = _wait(pool, todo, config.execution_params.poll_interval_seconds)
+        with open_store(config) as store:  # opened again: what another merge did meanwhile
             fetch = fetch_terminal(store, pool, scan.records, statuses)
             totals = write_merged(config, store, output_path)
         for message in fetch.errors:
@@ -231,15 +234,40 @@ def batch_merge(
         for line in _totals_lines(totals):
             click.echo(line)
         _echo_running(fetch, len(scan.records))
-        return 1 if fetch.errors else 0
+        unusable = _unusable_results(totals, config)
+        for message in unusable:
+            _error(message)
+        return 1 if fetch.errors or unusable else 0
     return codes[0]
+
+
+def _unusable_results(totals: MergeTotals, config: MMirageConfig) -> list[str]:
+    """One sentence per kind of request the merged file holds no value for (those still
+    running are not counted: rerunning merge brings them in)."""
+    requests = totals.requests
+    messages = []
+    kinds = (REQUEST_FAILED, EXPIRED, CANCELED, MISSING)
+    redo = sum(requests[kind] for kind in kinds)
+    if redo:
+        parts = ", ".join(f"{requests[kind]} {kind}" for kind in kinds if requests[kind])
+        messages.append(
+            f"{redo} request(s) have no result in the merged file ({parts}); "
+            f"'mmirage retry --config {config.config_path or 'CONFIG'}' resubmits them, then "
+            "merge again"
+        )
+    if requests[INVALID]:
+        messages.append(
+            f"{requests[INVALID]} result(s) are not valid JSON for their output_schema (their "
+            "rows hold the reason in __errors__); fix the prompt or schema and rerun"
+        )
+    return messages
 
 
 def _totals_lines(totals: MergeTotals) -> list[str]:
     requests = totals.requests
     complete = totals.rows - totals.rows_with_errors
-    failed = requests[REQUEST_FAILED] + requests["invalid"]
-    invalid = f" ({requests['invalid']} invalid JSON)" if requests["invalid"] else ""
+    failed = requests[REQUEST_FAILED] + requests[INVALID]
+    invalid = f" ({requests[INVALID]} invalid JSON)" if requests[INVALID] else ""
     lines = [
         f"rows: {totals.rows} ({complete} complete, {totals.rows_with_errors} with errors)",
         f"requests: {sum(requests.values())} ({requests[SUCCEEDED]} succeeded, {failed} failed"

@@ -121,6 +121,13 @@ class BatchBackend(ABC):
         """The state a provider answer reports; None for a status word this backend does not
         know (``apply`` then keeps polling it as pending)."""
 
+    def answered(self, data: Mapping[str, Any]) -> int | None:
+        """How many requests a provider answer reports done or failed, so how many result
+        lines its files must hold at least (a download with fewer is damaged); None when the
+        provider does not say. Unlike ``BatchCounts.errored`` it never counts the requests of
+        a batch that failed as a whole, for which there is no file."""
+        return None
+
     @abstractmethod
     def apply(self, batch: ProviderBatch, data: Mapping[str, Any]) -> None:
         """Read a provider answer into ``batch``: state, its own status word, counts, files."""

@@ -29,7 +29,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--fault-insufficient-quota", type=float, help="share answered 429 insufficient_quota")
     add("--hang-seconds", type=float, help="how long a hung request hangs (default 600)")
     add("--retry-after", type=float, help="retry-after of injected 429s (default 1.0)")
-    add("--responder", choices=RESPONDERS, help="echo (default) or local (embedded model)")
+    add(
+        "--responder",
+        choices=RESPONDERS,
+        help="echo (default), local (embedded model) or verbatim (the prompt itself)",
+    )
     add(
         "--dialect",
         choices=DIALECTS,

@@ -17,10 +17,10 @@ from aiohttp import web
 
 from llm_kit.emulator.anthropic_api import AnthropicFamily
 from llm_kit.emulator.batch_http import (
-    file_response,
     origin,
     query_int,
     read_json,
+    result_file_response,
     rfc3339,
 )
 from llm_kit.emulator.batch_input import BatchInput, Slicer, Spill
@@ -223,7 +223,7 @@ class AnthropicBatches:
             raise RequestError(
                 f"Message batch {job.id} has no results yet: they are ready once it has ended."
             )
-        return file_response(results.path)
+        return result_file_response(self.family.state.result_downloads, results.path)
 
     async def list(self, request: web.Request) -> web.Response:
         if "anthropic-version" not in request.headers:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
+from llm_kit.emulator.damaged_downloads import DamagedDownloads
 from llm_kit.emulator.errors import RequestError
 from llm_kit.emulator.family import Family, Handler
 
@@ -74,6 +75,14 @@ async def save_stream(
 def file_response(path: Path, content_type: str = "application/octet-stream") -> web.FileResponse:
     """The file streamed from disk (sendfile where the loop has it), never read whole."""
     return web.FileResponse(path, chunk_size=CHUNK, headers={"Content-Type": content_type})
+
+
+def result_file_response(downloads: DamagedDownloads, path: Path) -> web.StreamResponse:
+    """A batch result file, or the damaged copy ``downloads`` says to serve this time."""
+    body = downloads.take(path)
+    if body is None:
+        return file_response(path)
+    return web.Response(body=body, headers={"Content-Type": "application/octet-stream"})
 
 
 def rfc3339(moment: float) -> str:

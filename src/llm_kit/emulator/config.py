@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, NamedTuple
 
-ResponderName = Literal["echo", "local"]
-RESPONDERS: tuple[ResponderName, ...] = ("echo", "local")
+ResponderName = Literal["echo", "local", "verbatim"]
+RESPONDERS: tuple[ResponderName, ...] = ("echo", "local", "verbatim")
 # OpenAI-compatible servers whose structured-output forms the OpenAI endpoint takes (dialects.py).
 DialectName = Literal["openai", "vllm", "llama_server", "llama_cpp_python", "ollama", "plain"]
 DIALECTS: tuple[DialectName, ...] = (
@@ -71,7 +71,9 @@ class EmulatorConfig:
     own per-batch limits, so that tests can check that a client splits its jobs.
     ``batch_create_delay_s`` holds every batch creation's answer back that long *after* the
     job exists, as a slow provider does: a client stopped in between has paid for a batch it
-    never heard of (the window that orphan adoption closes).
+    never heard of (the window that orphan adoption closes). ``batch_damaged_downloads`` is how
+    many result-file downloads, from the first, are served damaged (empty, cut off, invalid
+    UTF-8, in turn; see ``damaged_downloads``).
 
     ``dialect`` makes the OpenAI endpoint take only the structured-output forms of one
     OpenAI-compatible server (``openai``, ``vllm``, ``llama_server``, ``llama_cpp_python``,
@@ -95,6 +97,7 @@ class EmulatorConfig:
     batch_max_requests: int | None = None
     batch_max_bytes: int | None = None
     batch_create_delay_s: float = 0.0
+    batch_damaged_downloads: int = 0
     dialect: DialectName = "openai"
 
     def __post_init__(self) -> None:
@@ -127,6 +130,8 @@ class EmulatorConfig:
                 raise ValueError(f"{name} must be between 0 and 1, got {value}")
         if self.batch_failure_rate + self.batch_expire_rate > 1.0 + 1e-9:
             raise ValueError("batch_failure_rate and batch_expire_rate add up to more than 1")
+        if self.batch_damaged_downloads < 0:
+            raise ValueError("batch_damaged_downloads must not be negative")
         for name in ("batch_max_requests", "batch_max_bytes"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -237,5 +242,11 @@ BATCH_OPTIONS: tuple[BatchOption, ...] = (
         "--batch-create-delay-s",
         float,
         "seconds each batch creation answers late, after the job exists (default 0)",
+    ),
+    BatchOption(
+        "batch_damaged_downloads",
+        "--batch-damaged-downloads",
+        int,
+        "the first N result-file downloads are served damaged: empty, cut off, invalid UTF-8",
     ),
 )

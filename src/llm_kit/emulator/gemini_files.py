@@ -24,6 +24,7 @@ from llm_kit.emulator.batch_http import (
     origin,
     page_after,
     query_int,
+    result_file_response,
     rfc3339,
     save_stream,
 )
@@ -198,7 +199,10 @@ class GeminiFiles:
 
     async def download(self, request: web.Request) -> web.StreamResponse:
         file_ref = request.match_info["file_id"].removesuffix(":download")
-        return file_response(self.get(file_ref).path)
+        file = self.get(file_ref)
+        if file.purpose == "GENERATED":
+            return result_file_response(self.family.state.result_downloads, file.path)
+        return file_response(file.path)
 
     async def delete(self, request: web.Request) -> web.Response:
         file = self.get(request.match_info["file_id"])

@@ -16,6 +16,7 @@ from llm_kit.emulator.batch_http import (
     file_response,
     page_after,
     query_int,
+    result_file_response,
     save_stream,
 )
 from llm_kit.emulator.batch_store import StoredFile
@@ -114,7 +115,10 @@ class OpenAIFiles:
         return json_response(file_json(self.get(request)))
 
     async def content(self, request: web.Request) -> web.StreamResponse:
-        return file_response(self.get(request).path)
+        file = self.get(request)
+        if file.purpose == "batch_output":
+            return result_file_response(self.family.state.result_downloads, file.path)
+        return file_response(file.path)
 
     async def delete(self, request: web.Request) -> web.Response:
         file = self.get(request)

@@ -7,6 +7,7 @@ own response shape, so a responder never sees a wire format.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -89,6 +90,14 @@ class EchoResponder:
         return Reply(text, prompt.input_tokens, len(text) // 4 + 1, value, truncated)
 
 
+class VerbatimResponder:
+    """The last user text itself, as plain text: a test decides exactly what the model says."""
+
+    async def respond(self, prompt: Prompt) -> Reply:
+        text = prompt.last_user_text()
+        return Reply(text, prompt.input_tokens, len(text) // 4 + 1)
+
+
 class LocalResponder:
     """The embedded llama.cpp model (``llm_kit.local``): real, slow, offline answers."""
 
@@ -137,8 +146,13 @@ class LocalResponder:
         )
 
 
+_RESPONDERS: dict[str, Callable[[], Responder]] = {
+    "echo": EchoResponder,
+    "local": LocalResponder,
+    "verbatim": VerbatimResponder,
+}
+
+
 def make_responder(name: ResponderName) -> Responder:
     """The responder a config names; the local one fails here, at start, when not installed."""
-    if name == "local":
-        return LocalResponder()
-    return EchoResponder()
+    return _RESPONDERS.get(name, EchoResponder)()

@@ -15,6 +15,7 @@ from llm_kit.emulator.batch_job import Fates
 from llm_kit.emulator.batch_runner import Runner
 from llm_kit.emulator.batch_store import BatchStore
 from llm_kit.emulator.config import EmulatorConfig
+from llm_kit.emulator.damaged_downloads import DamagedDownloads
 from llm_kit.emulator.faults import FaultInjector
 from llm_kit.emulator.limits import FamilyLimiter
 from llm_kit.emulator.responder import Responder, make_responder
@@ -78,6 +79,7 @@ class EmulatorState:
         self.stats = Stats(config.record_times)
         self.batches = BatchStore()
         self.fates = Fates(config)
+        self.result_downloads = DamagedDownloads(config.batch_damaged_downloads)
         self.runner = Runner(
             self.batches, config.batch_item_error_rate, config.batch_expire_done_fraction
         )

@@ -92,6 +92,10 @@ class AnthropicBatchBackend(BatchBackend):
             return JobState.FAILED
         return JobState.COMPLETED
 
+    def answered(self, data: Mapping[str, Any]) -> int | None:
+        counts = _counts(data, 0)
+        return counts.succeeded + counts.errored
+
     def apply(self, batch: ProviderBatch, data: Mapping[str, Any]) -> None:
         batch.counts = _counts(data, batch.count)
         batch.results_url = data.get("results_url")

@@ -137,6 +137,11 @@ class GeminiBatchBackend(BatchBackend):
         # JOB_STATE_* (the SDK's names) and BATCH_STATE_* (REST) share their suffixes.
         return _STATES.get(_state_word(data).rsplit("_", 1)[-1])
 
+    def answered(self, data: Mapping[str, Any]) -> int | None:
+        stats = (data.get("metadata") or data).get("batchStats") or {}
+        done = int(stats.get("successfulRequestCount") or 0)
+        return done + int(stats.get("failedRequestCount") or 0)
+
     def apply(self, batch: ProviderBatch, data: Mapping[str, Any]) -> None:
         meta = data.get("metadata") or data
         batch.state = self.state_of(data) or JobState.PENDING

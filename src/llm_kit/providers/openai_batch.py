@@ -124,6 +124,10 @@ class OpenAIBatchBackend(BatchBackend):
     def state_of(self, data: Mapping[str, Any]) -> JobState | None:
         return _STATES.get(str(data.get("status", "")))
 
+    def answered(self, data: Mapping[str, Any]) -> int | None:
+        counts = data.get("request_counts") or {}
+        return int(counts.get("completed") or 0) + int(counts.get("failed") or 0)
+
     def apply(self, batch: ProviderBatch, data: Mapping[str, Any]) -> None:
         batch.state = self.state_of(data) or JobState.PENDING
         batch.provider_status = data.get("status")

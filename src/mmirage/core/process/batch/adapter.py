@@ -42,7 +42,8 @@ class BatchSubmissionResult:
     ``status`` is one of ``completed``, ``failed``, ``in_progress``, ``unknown``. Built-in
     adapters also fill ``provider_status`` (the provider's own word, e.g. ``expired``) and
     ``request_counts`` (``total``, ``succeeded``, ``errored``, ``expired``, ``canceled``,
-    ``processing``) when known.
+    ``processing``) when known, and ``answered``: how many results the provider reports it
+    holds (done or failed), which merge checks every download against.
     """
 
     provider_batch_id: str

@@ -31,8 +31,6 @@ import orjson
 from mmirage.core.process.batch.collector import (
     AdapterPool,
     CollectorError,
-    FetchReport,
-    fetch_terminal,
     one_sentence,
     open_store,
     pipeline_key,
@@ -40,6 +38,7 @@ from mmirage.core.process.batch.collector import (
     receipt_files,
     scan_receipts,
 )
+from mmirage.core.process.batch.fetching import FetchReport, fetch_terminal
 from mmirage.core.process.batch.receipts import (
     append_receipt,
     chunk_receipt,

@@ -200,7 +200,8 @@ class LlmKitBatchAdapter(BatchSubmissionAdapter, Generic[C]):
         backend = self._backend(None, None)
         batch = ProviderBatch(id=str(raw_result["id"]), first=0, count=0)
         backend.apply(batch, raw_result)
-        return self._result(batch, raw_result, backend.state_of(raw_result))
+        state = backend.state_of(raw_result)
+        return self._result(batch, raw_result, state, backend.answered(raw_result))
 
     def check_batch_status(
         self, provider_batch_id: str, config: BatchProviderConfig
@@ -208,12 +209,14 @@ class LlmKitBatchAdapter(BatchSubmissionAdapter, Generic[C]):
         settings = self._settings(config)
         batch = ProviderBatch(id=provider_batch_id, first=0, count=0)
 
-        async def poll(backend: BatchBackend) -> tuple[dict[str, Any], JobState | None]:
+        async def poll(
+            backend: BatchBackend,
+        ) -> tuple[dict[str, Any], JobState | None, int | None]:
             data = await backend.refresh(batch)
-            return data, backend.state_of(data)
+            return data, backend.state_of(data), backend.answered(data)
 
-        data, state = self._run(settings, None, poll)
-        return self._result(batch, self.raw_answer(data, batch), state)
+        data, state, answered = self._run(settings, None, poll)
+        return self._result(batch, self.raw_answer(data, batch), state, answered)
 
     def retrieve_results(
         self, provider_batch_id: str, config: BatchProviderConfig
@@ -305,14 +308,21 @@ class LlmKitBatchAdapter(BatchSubmissionAdapter, Generic[C]):
         return asyncio.run(main())
 
     def _result(
-        self, batch: ProviderBatch, raw: dict[str, Any], state: JobState | None
+        self,
+        batch: ProviderBatch,
+        raw: dict[str, Any],
+        state: JobState | None,
+        answered: int | None,
     ) -> BatchSubmissionResult:
+        counts = asdict(batch.counts)
+        if answered is not None:  # what merge checks each result download against
+            counts["answered"] = answered
         return BatchSubmissionResult(
             provider_batch_id=batch.id,
             status=self.normalize(state, batch),
             raw_response=raw,
             provider_status=batch.provider_status,
-            request_counts=asdict(batch.counts),
+            request_counts=counts,
         )
 
 

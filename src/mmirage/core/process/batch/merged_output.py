@@ -1,0 +1,77 @@
+"""The merged dataset: every published shard in order, each row rebuilt with its results.
+
+Memory is O(1) in rows: one group of published rows and its results at a time, the rest is in
+the results store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mmirage.core.process.batch.errors import CollectorError
+from mmirage.core.process.batch.results_store import ResultsStore
+from mmirage.core.process.batch.row_rebuild import MergeTotals, RowBuilder
+
+if TYPE_CHECKING:
+    from mmirage.config.models import MMirageConfig
+
+
+def published_shards(config: MMirageConfig) -> list[Any]:
+    """Every dataset's published shards in order, or a ``CollectorError`` naming the first
+    shard that is not published yet."""
+    from mmirage.core.writer.merge import config_shards
+
+    lp = config.loading_params
+    ordered: list[Any] = []
+    for ds in lp.datasets:
+        shards, missing = config_shards(ds.output_dir, lp.num_shards, lp.output_format)
+        if missing:
+            raise CollectorError(
+                f"{ds.output_dir}: shard(s) {', '.join(map(str, missing))} of "
+                f"{lp.num_shards} are not published yet; finish them with 'mmirage run CONFIG' "
+                "and merge again"
+            )
+        ordered.extend(shards)
+    return ordered
+
+
+def merged_rows(
+    config: MMirageConfig, store: ResultsStore, totals: MergeTotals, shards: Sequence[Any]
+) -> Iterator[list[dict[str, Any]]]:
+    """The rebuilt rows, one group of published rows (and one store lookup) at a time."""
+    builder = RowBuilder(config)
+    for shard in shards:
+        for batch in shard.batches():
+            pending = [builder.pending(row) for row in batch]
+            ids = [cid for found in pending for _, cid in found]
+            outcomes = store.lookup(ids) if ids else {}
+            yield [
+                builder.rebuild(r, p, outcomes, totals) for r, p in zip(batch, pending, strict=True)
+            ]
+
+
+def write_merged(
+    config: MMirageConfig, store: ResultsStore, output_path: str | Path
+) -> MergeTotals:
+    """Write the merged dataset to ``output_path`` as one ordered JSONL file, atomically."""
+    from mmirage.core.writer.formats import FormatError, write_dataset
+
+    shards = published_shards(config)
+    dest = Path(output_path).expanduser()
+    if any(dest.resolve() == Path(s.path).resolve() for s in shards):
+        raise CollectorError(
+            f"--output-path {dest} is one of the published shards it reads; choose another file"
+        )
+    totals = MergeTotals()
+    try:
+        write_dataset(lambda: merged_rows(config, store, totals, shards), dest, "jsonl")
+    except FormatError as exc:
+        raise CollectorError(
+            f"{exc}; the shard may be damaged, rerun it with --recompute"
+        ) from None
+    return totals
+
+
+__all__ = ["merged_rows", "published_shards", "write_merged"]
