@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 
 import aiohttp
 import anthropic
+import click
 import openai
 import orjson
 import pytest
@@ -701,3 +702,19 @@ def test_local_responder_without_the_extra_fails_at_start(
         running_emulator(EmulatorConfig(responder="local")),
     ):
         pass
+
+
+def test_both_emulator_command_lines_take_the_same_flags() -> None:
+    """`mmirage emulate` declares its flags itself (importing llm_kit would slow every command):
+    it must still offer every flag of `python -m llm_kit.emulator`, with the same choices."""
+    from llm_kit.emulator.__main__ import _parser
+
+    parser = _parser()
+    ours = {flag for option in parser._actions for flag in option.option_strings}
+    command = mmirage_main.commands["emulate"]
+    theirs = {flag for param in command.params for flag in getattr(param, "opts", [])}
+    assert ours - {"-h", "--help"} <= theirs
+    choices = {a.option_strings[0]: list(a.choices) for a in parser._actions if a.choices}
+    for param in command.params:
+        if isinstance(param.type, click.Choice) and param.opts[0] in choices:
+            assert list(param.type.choices) == choices[param.opts[0]], param.opts[0]

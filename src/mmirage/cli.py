@@ -92,7 +92,21 @@ _EMULATE_FAULT_OPTIONS = [
     show_default=True,
     help="echo: deterministic, schema-valid; local: embedded model.",
 )
+@click.option(
+    "--dialect",
+    # The emulator's DIALECTS, spelled out: importing llm_kit here would slow every command.
+    type=click.Choice(["openai", "vllm", "llama_server", "llama_cpp_python", "ollama", "plain"]),
+    default=None,
+    help="The OpenAI-compatible server whose structured-output forms the chat endpoint takes "
+    "[default: openai]; the others are refused as that server does.",
+)
 @click.option("--seed", type=int, default=None, help="Seed of the fault and jitter draws.")
+@click.option(
+    "--record-times",
+    is_flag=True,
+    default=None,
+    help="Keep admission times in /_emulator/stats.",
+)
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -130,6 +144,12 @@ _EMULATE_BATCH_OPTIONS = [
     _rate("batch-expire-rate", "batch jobs that expire"),
     _rate("batch-expire-done-fraction", "an expiring job's requests that still succeed [0.5]"),
     _rate("batch-item-error-rate", "batch requests that fail one by one"),
+    click.Option(
+        ["--batch-create-delay-s"],
+        type=click.FloatRange(min=0),
+        default=None,
+        help="Seconds a batch creation's answer comes after the job exists [default: 0].",
+    ),
     click.Option(
         ["--batch-max-requests"],
         type=click.IntRange(min=1),
