@@ -87,10 +87,10 @@ _EMULATE_FAULT_OPTIONS = [
 )
 @click.option(
     "--responder",
-    type=click.Choice(["echo", "local"]),
+    type=click.Choice(["echo", "local", "verbatim"]),
     default="echo",
     show_default=True,
-    help="echo: deterministic, schema-valid; local: embedded model.",
+    help="echo: deterministic, schema-valid; local: embedded model; verbatim: the prompt itself.",
 )
 @click.option(
     "--dialect",
@@ -149,6 +149,13 @@ _EMULATE_BATCH_OPTIONS = [
         type=click.FloatRange(min=0),
         default=None,
         help="Seconds a batch creation's answer comes after the job exists [default: 0].",
+    ),
+    click.Option(
+        ["--batch-damaged-downloads"],
+        type=click.IntRange(min=0),
+        default=None,
+        help="The first N result-file downloads are served damaged: empty, cut off, invalid "
+        "UTF-8 [default: 0].",
     ),
     click.Option(
         ["--batch-max-requests"],
