@@ -412,3 +412,15 @@ def test_two_datasets_cannot_share_an_output_dir(tmp_path: Path) -> None:
     }
     with pytest.raises(ConfigError, match=r"datasets\[1\]\.output_dir: is also the output_dir"):
         load_mmirage_config_dict(raw)
+
+
+def test_a_failed_output_nulls_only_the_fields_that_read_it(tmp_path: Path) -> None:
+    config = make_config(tmp_path, remove_columns=True)
+    fake = FakeProcessor(fail_keys=["0::7"])
+    run_shard(config, 0, processors=procs(fake))
+    row = published(config)[7]
+    assert row["__errors__"] == {"answer": "scripted failure"}
+    # answer failed and grade (after it) was not computed: their fields are null...
+    assert row["answer"] is None and row["score"] is None
+    # ...the fields that only read inputs render as in a good row.
+    assert row["meta"] == {"n": 70, "tag": "x-7"}

@@ -5,9 +5,11 @@ Per row, the part file (and so the published shard) holds the rendered row plus 
 * ``__row_key__`` — ``"<dataset index>:<split or ''>:<row id>"``, the same on every run;
 * ``__errors__`` — ``null`` for a good row, else ``{<output name>: <one sentence>}`` (``__row__``
   for a row that could not be read or lacks an input, ``__schema__`` when the schema cannot be
-  rendered). A failed row keeps its source columns and gets ``null`` for every schema column;
-  its later outputs are not computed (they would mostly depend on the failed one, and nobody
-  should pay for them);
+  rendered). A row whose output failed keeps its source columns and every schema field that
+  can be rendered without the outputs it lacks; only the fields that read a failed (or, after
+  it, uncomputed) output are ``null``. A row that cannot be read, or lacks an input, gets
+  ``null`` for every schema field. A failed output's later outputs are not computed (they
+  would mostly depend on the failed one, and nobody should pay for them);
 * ``__usage__`` — ``{"input_tokens", "output_tokens"}`` summed over the row's outputs;
 * ``__vars__`` — only on rows still waiting for a ``batch_api`` result: the variables the
   output_schema reads (placeholders included), so that ``merge`` can render the row again
@@ -38,19 +40,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llm_kit.progress import ProgressBar
-from mmirage.core.loader import (
-    BadRow,
-    DatasetShard,
-    DatasetSource,
-    Row,
-    open_datasets,
-    plan_shard,
-)
-from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
-from mmirage.core.process.prompts import render_prompt
-from mmirage.core.process.variables import RowError, VariableExtractor, image_urls
+from mmirage.core.loader import BadRow, DatasetShard, DatasetSource, open_datasets, plan_shard
+from mmirage.core.process.base import Processor, RunContext
 from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.output import Checkpoint, ShardOutput
+from mmirage.core.shard.rows import ERRORS, ROW_KEY, USAGE, Item, RowWorker, processor_key
 from mmirage.core.shard.state import (
     HEARTBEAT_EVERY_S,
     RUNNING,
@@ -63,16 +57,12 @@ from mmirage.core.shard.state import (
     shard_lock,
     status_path,
 )
-from mmirage.core.writer.renderer import OutputRenderer, is_placeholder
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
-    from mmirage.config.processing import OutputVar
-    from mmirage.config.processors import ProcessorConfig
 
 logger = logging.getLogger(__name__)
 
-ROW_KEY, ERRORS, USAGE, VARS = "__row_key__", "__errors__", "__usage__", "__vars__"
 _COUNTERS = ("rows_done", "rows_failed", "input_tokens", "output_tokens")
 
 
@@ -97,11 +87,6 @@ class ShardReport:
 
     def counters(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in _COUNTERS}
-
-
-def processor_key(processor: ProcessorConfig) -> str:
-    """How ``run_shard(processors=...)`` names a processor: its ``name``, else its ``type``."""
-    return processor.name or processor.type
 
 
 def run_shard(
@@ -306,9 +291,6 @@ def _stats(report: ShardReport) -> dict[str, Any]:
     }
 
 
-Item = Row | BadRow
-
-
 def _items(
     shard: DatasetShard, ckpt: Checkpoint, on_bad_row: Any = "skip"
 ) -> Iterator[tuple[int, Item]]:
@@ -394,7 +376,7 @@ async def _run_dataset(
             resume_at = getattr(proc, "resume_at", None)
             if resume_at is not None:
                 resume_at(first)
-    worker = _BatchWorker(config, shard, offsets, procs, journal)
+    worker = RowWorker(config, shard, offsets, procs, journal)
     # Two groups in flight: the next one is read and rendered while the current one's requests
     # are out, so request slots never idle during the CPU work between groups. (Concurrency
     # stays bounded: the processors share their connection pools.) Groups land in order.
@@ -455,161 +437,3 @@ async def _run_dataset(
         journal.close(remove=ckpt.complete)
     report.add(ckpt)
     return ckpt
-
-
-@dataclass
-class _RowWork:
-    index: int
-    key: str
-    source_index: int
-    row: dict[str, Any]
-    variables: dict[str, Any]
-    errors: dict[str, str] = field(default_factory=dict)
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class _BatchWorker:
-    """One dataset's per-group logic (extractor and renderer built once)."""
-
-    def __init__(
-        self,
-        config: MMirageConfig,
-        shard: DatasetShard,
-        offsets: Mapping[tuple[int, str | None], int],
-        procs: Mapping[str, Processor],
-        journal: ResultJournal,
-    ) -> None:
-        pp = config.processing_params
-        self.config = config
-        self.shard = shard
-        self.offsets = offsets
-        self.procs = procs
-        self.journal = journal
-        self.extractor = VariableExtractor(pp.inputs, image_base_path=shard.source.image_base_path)
-        self.image_names = [i.name for i in pp.inputs if i.type == "image"]
-        self.renderer = OutputRenderer(pp.output_schema, remove_columns=pp.remove_columns)
-        # The schema's batch_api variables: only their placeholders call for __vars__.
-        batch = {o.name for o in pp.outputs if o.type == "batch_api"}
-        self.batch_outputs = [n for n in self.renderer.variables if n in batch]
-
-    def _key(self, item: Item) -> str:
-        return f"{self.shard.dataset_index}:{item.split or ''}:{item.row_id}"
-
-    async def process(self, items: list[Item]) -> list[dict[str, Any]]:
-        records: list[dict[str, Any] | None] = [None] * len(items)
-        live: list[_RowWork] = []
-        for index, item in enumerate(items):
-            if isinstance(item, BadRow):
-                error = f"line {item.line} of {item.file} is not a valid row: {item.error}"
-                records[index] = self._failed(self._key(item), {}, {"__row__": error}, 0, 0)
-                continue
-            try:
-                variables = self.extractor.extract(item.data)
-            except RowError as exc:
-                records[index] = self._failed(self._key(item), item.data, {"__row__": str(exc)})
-                continue
-            source_index = self.offsets[(self.shard.dataset_index, item.split)] + item.row_id
-            live.append(_RowWork(index, self._key(item), source_index, item.data, variables))
-        for output in self.config.processing_params.outputs:
-            await self._output(output, [w for w in live if output.name not in w.errors])
-        for w in live:
-            if not w.errors or all(name in w.variables for name in w.errors):
-                try:
-                    rendered = self.renderer.render(w.variables, w.row)
-                except RowError as exc:
-                    w.errors["__schema__"] = str(exc)
-                else:
-                    records[w.index] = {**rendered, **self._meta(w)}
-                    continue
-            records[w.index] = self._failed(w.key, w.row, w.errors, w.input_tokens, w.output_tokens)
-        return [r for r in records if r is not None]
-
-    async def _output(self, output: OutputVar, work: list[_RowWork]) -> None:
-        """Compute one output for the rows still going (a row whose earlier output failed
-        without a fallback gets no later output: it would mostly depend on the failed one)."""
-        work = [w for w in work if all(name in w.variables for name in w.errors)]
-        template: str | None = getattr(output, "prompt", None)  # custom outputs have none
-        requests: list[OutputRequest] = []
-        sent: list[_RowWork] = []
-        for w in work:
-            journaled = self.journal.get(w.key, output.name)
-            if journaled is not None:  # paid for by an interrupted run
-                self._take(w, output.name, journaled)
-                continue
-            try:
-                prompt = None if template is None else render_prompt(template, w.variables)
-            except RowError as exc:
-                w.errors[output.name] = str(exc)
-                continue
-            images = image_urls(w.variables, self.image_names) if template is not None else []
-            requests.append(
-                OutputRequest(
-                    w.key, output.name, prompt, images, w.variables, w.row, w.source_index
-                )
-            )
-            sent.append(w)
-        if not requests:
-            return
-        proc = self.procs[processor_key(self.config.processor_for(output))]
-        journal = getattr(proc, "journal_results", True)  # the batch spool is its own journal
-        got = 0
-        async for index, result in _results(proc, output, requests):
-            w = sent[index]
-            if journal:
-                self.journal.add(w.key, output.name, result)
-            self._take(w, output.name, result)
-            got += 1
-        if got != len(requests):
-            raise RuntimeError(
-                f"the processor of output '{output.name}' answered {got} results for "
-                f"{len(requests)} requests"
-            )
-
-    @staticmethod
-    def _take(w: _RowWork, name: str, result: OutputResult) -> None:
-        w.input_tokens += result.input_tokens
-        w.output_tokens += result.output_tokens
-        if result.error is not None:
-            w.errors[name] = result.error
-        if result.error is None or result.fallback:
-            w.variables[name] = result.value
-
-    def _failed(
-        self,
-        key: str,
-        row: Mapping[str, Any],
-        errors: dict[str, str],
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-    ) -> dict[str, Any]:
-        base: dict[str, Any] = {} if self.renderer.remove_columns else dict(row)
-        base.update(dict.fromkeys(self.renderer.schema))
-        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
-        return {**base, ROW_KEY: key, ERRORS: errors, USAGE: usage}
-
-    def _meta(self, w: _RowWork) -> dict[str, Any]:
-        usage = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens}
-        meta: dict[str, Any] = {ROW_KEY: w.key, ERRORS: w.errors or None, USAGE: usage}
-        if any(is_placeholder(w.variables.get(n)) for n in self.batch_outputs):
-            meta[VARS] = {n: w.variables[n] for n in self.renderer.variables if n in w.variables}
-        return meta
-
-
-async def _results(
-    proc: Processor, output: Any, requests: list[OutputRequest]
-) -> AsyncIterator[tuple[int, OutputResult]]:
-    """``(index, result)`` pairs, as they arrive when the processor can stream them."""
-    stream = getattr(proc, "stream", None)
-    if stream is not None:
-        async for pair in stream(output, requests):
-            yield pair
-        return
-    results = await proc.process(output, requests)
-    if len(results) != len(requests):
-        raise RuntimeError(
-            f"the processor of output '{output.name}' answered {len(results)} results for "
-            f"{len(requests)} requests"
-        )
-    for pair in enumerate(results):
-        yield pair
