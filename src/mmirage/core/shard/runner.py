@@ -44,6 +44,8 @@ from mmirage.core.loader import BadRow, DatasetShard, DatasetSource, open_datase
 from mmirage.core.process.base import Processor, RunContext
 from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.output import Checkpoint, ShardOutput
+from mmirage.core.shard.published import verified_finished
+from mmirage.core.shard.recovery import locator
 from mmirage.core.shard.rows import ERRORS, ROW_KEY, USAGE, Item, RowWorker, processor_key
 from mmirage.core.shard.state import (
     HEARTBEAT_EVERY_S,
@@ -191,7 +193,7 @@ async def _arun_shard_locked(
             _journal_path(out).unlink(missing_ok=True)
     if force or reset_attempts:
         status.data["attempts"] = 0
-    done = [out.finished() for out in outputs]
+    done = verified_finished(outputs, shards, fp, repair=reset_attempts)
     if status.data.get("status") == SUCCESS and all(done):
         report.skipped = True
         for ckpt in done:
@@ -352,7 +354,7 @@ async def _run_dataset(
     report: ShardReport,
 ) -> Checkpoint:
     group_rows = _group_rows(config, procs)
-    ckpt = out.open(fp)
+    ckpt = out.open(fp, locator(shard))
     if ckpt.rows_done:
         logger.info("shard %d: resuming %s after %d rows", shard.shard_id, out.part, ckpt.rows_done)
     report.resumed_rows += ckpt.rows_done
