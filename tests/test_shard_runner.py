@@ -482,3 +482,25 @@ def test_a_truncated_published_shard_is_refused_then_repaired_without_paying_twi
     assert report.rows_done == ROWS
     assert published(config) == fresh_rows(tmp_path)
     assert run_shard(config, 0, processors=procs(FakeProcessor())).skipped
+
+
+def test_cli_run_check_and_merge_name_a_truncated_shard(tmp_path: Path) -> None:
+    config = cli_config(tmp_path)
+    mmirage("run", str(config))
+    shard = tmp_path / "out" / "shard-1-of-2.jsonl"
+    whole = shard.read_bytes()
+    shard.write_bytes(b"".join(whole.splitlines(keepends=True)[:2]))  # 2 of its 5 rows
+
+    for argv in (["run"], ["check"], ["merge"]):
+        result = mmirage(*argv, str(config))
+        assert result.returncode == 1, (argv, result.stdout, result.stderr)
+        said = result.stdout + result.stderr
+        assert f"published shard {shard} holds" in said and "--force-retry" in said, argv
+    assert not (tmp_path / "out" / "merged").exists()
+
+    repaired = mmirage("run", str(config), "--force-retry")
+    assert "shard 1/2: done" in repaired.stderr and "resumed after 2" in repaired.stderr
+    assert shard.read_bytes() == whole
+    assert mmirage("check", str(config)).returncode == 0
+    merged = mmirage("merge", str(config))
+    assert merged.returncode == 0, merged.stderr

@@ -813,6 +813,7 @@ def check(
     With a batch_api processor: the provider status of every submitted batch instead, then
     the summary per provider; exit 1 only when a batch failed at the provider.
     """
+    from mmirage.core.shard.published import DAMAGED, shard_damage
     from mmirage.core.shard.state import SUCCESS, read_status, shard_state, status_path
 
     path = _config_path(config, config_option)
@@ -828,9 +829,13 @@ def check(
     lines = [list(_CHECK_HEADER)]
     counts: dict[str, int] = {}
     rows = failed = 0
+    damaged: list[str] = []
     for k in range(n):
         status = read_status(status_path(cfg, k))
         state = shard_state(status, max_retries)
+        if state == SUCCESS and (damage := shard_damage(cfg, k)) is not None:
+            state, status = DAMAGED, {**(status or {}), "error": damage}
+            damaged.append(f"shard {k}: {damage}")  # in full: the table cuts long errors
         counts[state] = counts.get(state, 0) + 1
         lines.append(_check_row(k, state, status or {}, max_retries + 1))
         rows += int((status or {}).get("rows_done") or 0)
@@ -838,6 +843,8 @@ def check(
     _print_table(lines)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     click.echo(f"{n} shard(s): {summary}; {rows} rows done, {failed} failed")
+    for line in damaged:
+        click.echo(line, err=True)
     sys.exit(0 if counts.get(SUCCESS, 0) == n else 1)
 
 

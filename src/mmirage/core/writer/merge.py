@@ -19,6 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mmirage.core.shard.output import ShardOutput
+from mmirage.core.shard.published import repair_hint
 from mmirage.core.writer.formats import (
     Format,
     FormatError,
@@ -90,8 +92,6 @@ def config_shards(
 ) -> tuple[list[ShardFile], list[int]]:
     """The published shards of one dataset of the config (in ``output_format`` when a shard
     exists in several), and the missing shard ids."""
-    from mmirage.core.shard.output import ShardOutput
-
     found: list[ShardFile] = []
     missing: list[int] = []
     for k in range(num_shards):
@@ -203,6 +203,10 @@ def merge_config(
     plans = []
     for ds, (name, base) in zip(lp.datasets, _output_bases(config, output_root), strict=True):
         shards, missing = config_shards(ds.output_dir, n, lp.output_format)
+        for shard in shards:  # merge reads every file anyway: the checksum costs one pass
+            out = ShardOutput(ds.output_dir, shard.shard_id, n, lp.output_format)
+            if (damage := out.damage(full=True)) is not None:
+                raise MergeError(f"{damage}; {repair_hint(shard.shard_id)}")
         if missing and not allow_partial:
             raise IncompleteShardsError(
                 name, missing, n, "run them with 'mmirage run CONFIG' (or --shard-id K)"
