@@ -32,7 +32,8 @@ import orjson
 from mmirage.core.shard.integrity import Fingerprint, describe
 from mmirage.core.shard.integrity import damage as integrity_damage
 from mmirage.core.shard.recovery import Locate, fits, salvage, scan_part
-from mmirage.core.shard.state import atomic_write_json
+from mmirage.core.shard.state import COUNTERS, atomic_write_json
+from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import FORMATS, Format, iter_jsonl, iter_rows, write_dataset
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ logger = logging.getLogger(__name__)
 class Checkpoint:
     rows_done: int = 0  # lines in the part file (good rows and error records)
     rows_failed: int = 0
+    rows_retryable: int = 0  # failed rows that carry a retry marker (``retry_marker``)
     input_tokens: int = 0
     output_tokens: int = 0
     offset: int = 0  # byte length of the part file holding those rows
@@ -157,11 +159,7 @@ class ShardOutput:
             ckpt = Checkpoint()
             for batch in iter_rows(published):
                 for row in batch:
-                    ckpt.rows_done += 1
-                    ckpt.rows_failed += bool(row.get("__errors__"))
-                    usage = row.get("__usage__") or {}
-                    ckpt.input_tokens += int(usage.get("input_tokens") or 0)
-                    ckpt.output_tokens += int(usage.get("output_tokens") or 0)
+                    tally(ckpt, row)
         ckpt.complete = True
         return ckpt
 
@@ -202,7 +200,7 @@ class ShardOutput:
         if cursor is None:  # not this shard's rows: nothing can be trusted
             return ckpt
         ckpt.range_index, ckpt.next_row_id = cursor
-        for name in ("rows_done", "rows_failed", "input_tokens", "output_tokens", "offset"):
+        for name in (*COUNTERS, "offset"):
             setattr(ckpt, name, getattr(durable, name))
         return ckpt
 
@@ -237,6 +235,28 @@ class ShardOutput:
         harmless: the published shard is what counts, and a forced rerun discards it)."""
         self.checkpoint(ckpt)
         self.close()
+        self._install(ckpt)
+
+    def start_rewrite(self) -> None:
+        """Open an empty part file for a published shard's new version (``republish``)."""
+        self.part.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.part, "w+b")  # noqa: SIM115 - kept open across batches
+
+    def republish(self, ckpt: Checkpoint) -> None:
+        """Publish the rewritten part file in place of the published shard. The checkpoint is
+        written last: a crash before it leaves the new shard under the old fingerprint, which
+        ``run`` reports as damaged and ``--force-retry`` takes back whole."""
+        assert self._file is not None, "start_rewrite() first"
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        ckpt.offset = self._file.tell()
+        self.close()
+        self._install(ckpt)
+        for fmt in FORMATS:  # an older version in another format is not this shard any more
+            if fmt != self.format:
+                _remove(self.path_for(fmt))
+
+    def _install(self, ckpt: Checkpoint) -> None:
         dest = self.path_for(self.format)
         if self.format == "jsonl":
             os.replace(self.part, dest)

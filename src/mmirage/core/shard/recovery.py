@@ -19,6 +19,7 @@ import orjson
 
 from mmirage.core.loader import DatasetShard
 from mmirage.core.shard.rows import ROW_KEY
+from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import FormatError, iter_rows
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class Durable:
 
     rows_done: int = 0
     rows_failed: int = 0
+    rows_retryable: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     offset: int = 0  # bytes of those rows
@@ -52,11 +54,7 @@ def scan_part(part: Path) -> Durable:
             row = _row(line)
             if row is None:
                 break
-            found.rows_done += 1
-            found.rows_failed += bool(row.get("__errors__"))
-            usage = row.get("__usage__") or {}
-            found.input_tokens += int(usage.get("input_tokens") or 0)
-            found.output_tokens += int(usage.get("output_tokens") or 0)
+            tally(found, row)
             found.offset += len(line)
             found.last_key = row[ROW_KEY]
     return found

@@ -11,11 +11,13 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mmirage.core.loader import BadRow, DatasetShard, Row
+from mmirage.core.loader import BadRow, DatasetShard
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor
 from mmirage.core.process.prompts import render_prompt
 from mmirage.core.process.variables import RowError, VariableExtractor, image_urls
 from mmirage.core.shard.journal import ResultJournal
+from mmirage.core.shard.reading import Item
+from mmirage.core.shard.retry_marker import RETRY, retry_marker
 from mmirage.core.writer.renderer import OutputRenderer, is_placeholder
 
 if TYPE_CHECKING:
@@ -24,8 +26,6 @@ if TYPE_CHECKING:
     from mmirage.config.processors import ProcessorConfig
 
 ROW_KEY, ERRORS, USAGE, VARS = "__row_key__", "__errors__", "__usage__", "__vars__"
-
-Item = Row | BadRow
 
 
 def processor_key(processor: ProcessorConfig) -> str:
@@ -43,6 +43,8 @@ class _RowWork:
     errors: dict[str, str] = field(default_factory=dict)
     input_tokens: int = 0
     output_tokens: int = 0
+    retryable: set[str] = field(default_factory=set)  # outputs whose error a retry may fix
+    paid: dict[str, tuple[int, int]] = field(default_factory=dict)  # succeeded output: tokens
 
 
 class RowWorker:
@@ -70,7 +72,7 @@ class RowWorker:
         batch = {o.name for o in pp.outputs if o.type == "batch_api"}
         self.batch_outputs = [n for n in self.renderer.variables if n in batch]
 
-    def _key(self, item: Item) -> str:
+    def key_of(self, item: Item) -> str:
         return f"{self.shard.dataset_index}:{item.split or ''}:{item.row_id}"
 
     async def process(self, items: list[Item]) -> list[dict[str, Any]]:
@@ -79,15 +81,15 @@ class RowWorker:
         for index, item in enumerate(items):
             if isinstance(item, BadRow):
                 error = f"line {item.line} of {item.file} is not a valid row: {item.error}"
-                records[index] = self._failed(self._key(item), {}, {"__row__": error}, 0, 0)
+                records[index] = self._failed(self.key_of(item), {}, {"__row__": error}, 0, 0)
                 continue
             try:
                 variables = self.extractor.extract(item.data)
             except RowError as exc:
-                records[index] = self._failed(self._key(item), item.data, {"__row__": str(exc)})
+                records[index] = self._failed(self.key_of(item), item.data, {"__row__": str(exc)})
                 continue
             source_index = self.offsets[(self.shard.dataset_index, item.split)] + item.row_id
-            live.append(_RowWork(index, self._key(item), source_index, item.data, variables))
+            live.append(_RowWork(index, self.key_of(item), source_index, item.data, variables))
         for output in self.config.processing_params.outputs:
             await self._output(output, [w for w in live if output.name not in w.errors])
         for w in live:
@@ -157,6 +159,10 @@ class RowWorker:
         w.output_tokens += result.output_tokens
         if result.error is not None:
             w.errors[name] = result.error
+            if result.retryable:
+                w.retryable.add(name)
+        else:
+            w.paid[name] = (result.input_tokens, result.output_tokens)
         if result.error is None or result.fallback:
             w.variables[name] = result.value
 
@@ -178,6 +184,8 @@ class RowWorker:
         meta: dict[str, Any] = {ROW_KEY: w.key, ERRORS: w.errors or None, USAGE: usage}
         if any(is_placeholder(w.variables.get(n)) for n in self.batch_outputs):
             meta[VARS] = {n: w.variables[n] for n in self.renderer.variables if n in w.variables}
+        if w.errors and w.retryable.issuperset(w.errors):
+            meta[RETRY] = retry_marker(w.variables, w.paid, w.input_tokens, w.output_tokens)
         return meta
 
 

@@ -35,19 +35,22 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llm_kit.progress import ProgressBar
-from mmirage.core.loader import BadRow, DatasetShard, DatasetSource, open_datasets, plan_shard
+from mmirage.core.loader import DatasetShard, open_datasets, plan_shard
 from mmirage.core.process.base import Processor, RunContext
 from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.output import Checkpoint, ShardOutput
 from mmirage.core.shard.published import verified_finished
+from mmirage.core.shard.reading import Item, rows_from, source_offsets
 from mmirage.core.shard.recovery import locator
-from mmirage.core.shard.rows import ERRORS, ROW_KEY, USAGE, Item, RowWorker, processor_key
+from mmirage.core.shard.row_retry import retry_failed_rows
+from mmirage.core.shard.rows import ERRORS, ROW_KEY, RowWorker, processor_key
 from mmirage.core.shard.state import (
+    COUNTERS,
     HEARTBEAT_EVERY_S,
     RUNNING,
     SUCCESS,
@@ -59,13 +62,12 @@ from mmirage.core.shard.state import (
     shard_lock,
     status_path,
 )
+from mmirage.core.shard.tally import tally
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
 logger = logging.getLogger(__name__)
-
-_COUNTERS = ("rows_done", "rows_failed", "input_tokens", "output_tokens")
 
 
 @dataclass
@@ -75,6 +77,7 @@ class ShardReport:
     skipped: bool = False  # already finished: nothing was run
     rows_done: int = 0
     rows_failed: int = 0
+    rows_retryable: int = 0  # failed rows 'mmirage retry' can run again
     input_tokens: int = 0
     output_tokens: int = 0
     resumed_rows: int = 0  # rows found done by an earlier, interrupted attempt
@@ -84,11 +87,11 @@ class ShardReport:
     first_row_error: str | None = None  # "<row key>: <reason>" of this run's first failed row
 
     def add(self, ckpt: Checkpoint) -> None:
-        for name in _COUNTERS:
+        for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(ckpt, name))
 
     def counters(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in _COUNTERS}
+        return {name: getattr(self, name) for name in COUNTERS}
 
 
 def run_shard(
@@ -98,6 +101,7 @@ def run_shard(
     processors: Mapping[str, Processor] | None = None,
     force: bool = False,
     reset_attempts: bool = False,
+    retry_rows: bool = False,
     run_id: str | None = None,
     export_prompts: str | None = None,
 ) -> ShardReport:
@@ -107,7 +111,8 @@ def run_shard(
     builds them from the config and closes them at the end. Raises on failure, after recording
     it in status.json; the next call resumes from the last checkpoint. ``run_id`` names this
     run in batch receipts (default: one per process); ``export_prompts`` makes ``batch_api``
-    processors write their requests there instead of submitting them.
+    processors write their requests there instead of submitting them. ``retry_rows``: in a
+    published shard, compute again the rows that failed for a retryable reason (``row_retry``).
     """
     return asyncio.run(
         arun_shard(
@@ -116,6 +121,7 @@ def run_shard(
             processors=processors,
             force=force,
             reset_attempts=reset_attempts,
+            retry_rows=retry_rows,
             run_id=run_id,
             export_prompts=export_prompts,
         )
@@ -129,6 +135,7 @@ async def arun_shard(
     processors: Mapping[str, Processor] | None = None,
     force: bool = False,
     reset_attempts: bool = False,
+    retry_rows: bool = False,
     run_id: str | None = None,
     export_prompts: str | None = None,
 ) -> ShardReport:
@@ -149,7 +156,12 @@ async def arun_shard(
             fingerprint=fingerprint(config),
         )
         return await _arun_shard_locked(
-            config, context, processors=processors, force=force, reset_attempts=reset_attempts
+            config,
+            context,
+            processors=processors,
+            force=force,
+            reset_attempts=reset_attempts,
+            retry_rows=retry_rows,
         )
 
 
@@ -174,6 +186,7 @@ async def _arun_shard_locked(
     processors: Mapping[str, Processor] | None,
     force: bool,
     reset_attempts: bool,
+    retry_rows: bool,
 ) -> ShardReport:
     shard_id = context.shard_id
     lp = config.loading_params
@@ -194,14 +207,15 @@ async def _arun_shard_locked(
     if force or reset_attempts:
         status.data["attempts"] = 0
     done = verified_finished(outputs, shards, fp, repair=reset_attempts)
-    if status.data.get("status") == SUCCESS and all(done):
+    retrying = retry_rows and any(c is not None and c.rows_retryable for c in done)
+    if status.data.get("status") == SUCCESS and all(done) and not retrying:
         report.skipped = True
         for ckpt in done:
             report.add(ckpt)  # type: ignore[arg-type]  # all() checked
         report.published = [str(out.published) for out in outputs]
         return report
 
-    if all(done):  # published, but status.json was lost: record it without building anything
+    if all(done) and not retrying:  # published, but status.json was lost: record it as is
         processors = {}
     async with _processors(config, processors, context) as procs:
         status.start(fp)
@@ -209,9 +223,12 @@ async def _arun_shard_locked(
         try:
             for shard, out, finished in zip(shards, outputs, done, strict=True):
                 if finished is None:
-                    finished = await _run_dataset(
-                        config, shard, offsets, out, fp, procs, status, report
-                    )
+                    await _run_dataset(config, shard, offsets, out, fp, procs, status, report)
+                elif retry_rows and finished.rows_retryable:
+                    worker = RowWorker(config, shard, offsets, procs, _journal(out, fp))
+                    rows = _group_rows(config, procs)
+                    report.add(await retry_failed_rows(worker, out, rows, report.notes))
+                    report.resumed_rows += finished.rows_done - finished.rows_retryable
                 else:
                     report.add(finished)
                 report.published.append(str(out.published))
@@ -293,41 +310,6 @@ def _stats(report: ShardReport) -> dict[str, Any]:
     }
 
 
-def _items(
-    shard: DatasetShard, ckpt: Checkpoint, on_bad_row: Any = "skip"
-) -> Iterator[tuple[int, Item]]:
-    """The shard's rows from the checkpoint's cursor on, unreadable rows in their place
-    (``on_bad_row="fail"``: the loader raises ``DataError`` at the first one instead)."""
-    bad: list[BadRow] = []
-    for index, r in enumerate(shard.ranges):
-        if index < ckpt.range_index:
-            continue
-        start = r.start
-        if index == ckpt.range_index and ckpt.next_row_id is not None:
-            start = ckpt.next_row_id
-        rows = shard.source.iter_rows(
-            start, r.stop, split=r.split, on_bad_row=on_bad_row, bad_rows=bad.append
-        )
-        for row in rows:
-            yield from ((index, b) for b in bad)  # reported before the row that follows them
-            bad.clear()
-            yield index, row
-        yield from ((index, b) for b in bad)
-        bad.clear()
-
-
-def source_offsets(sources: list[DatasetSource]) -> dict[tuple[int, str | None], int]:
-    """Where each (dataset, split) starts in the pipeline's global row order (config order):
-    ``offset + row_id`` is a row's ``source_index``, unique over every dataset and shard."""
-    offsets: dict[tuple[int, str | None], int] = {}
-    total = 0
-    for source in sources:
-        for split in source.splits:
-            offsets[(source.index, split)] = total
-            total += source.reader(split).num_rows
-    return offsets
-
-
 def _show_progress() -> bool:
     """A progress bar (rows, failures, rows/s, ETA) when a person watches stderr; never in
     logs, pipes or the children of a parallel run (their parent shows one status line)."""
@@ -336,6 +318,12 @@ def _show_progress() -> bool:
 
 def _journal_path(out: ShardOutput) -> Any:
     return out.part.with_name(out.part.name.removesuffix(".jsonl") + ".journal.jsonl")
+
+
+def _journal(out: ShardOutput, fp: str) -> ResultJournal:
+    journal = ResultJournal(_journal_path(out), fp)
+    journal.open()
+    return journal
 
 
 def _group_rows(config: MMirageConfig, procs: Mapping[str, Processor]) -> int:
@@ -358,8 +346,7 @@ async def _run_dataset(
     if ckpt.rows_done:
         logger.info("shard %d: resuming %s after %d rows", shard.shard_id, out.part, ckpt.rows_done)
     report.resumed_rows += ckpt.rows_done
-    journal = ResultJournal(_journal_path(out), fp)
-    journal.open()
+    journal = _journal(out, fp)
     bar = ProgressBar(
         shard.num_rows,
         enabled=_show_progress(),
@@ -393,28 +380,24 @@ async def _run_dataset(
         group, task = in_flight.popleft()
         records = await task
         out.append(records)
-        ckpt.rows_done += len(records)
         for rec in records:
-            if rec[ERRORS] is not None:
-                ckpt.rows_failed += 1
-                if report.first_row_error is None:
-                    where, why = next(iter(rec[ERRORS].items()))
-                    report.first_row_error = f"row {rec[ROW_KEY]} ({where}): {why}"
-            ckpt.input_tokens += rec[USAGE]["input_tokens"]
-            ckpt.output_tokens += rec[USAGE]["output_tokens"]
+            tally(ckpt, rec)
+            if rec[ERRORS] is not None and report.first_row_error is None:
+                where, why = next(iter(rec[ERRORS].items()))
+                report.first_row_error = f"row {rec[ROW_KEY]} ({where}): {why}"
         ckpt.range_index, last = group[-1][0], group[-1][1]
         ckpt.next_row_id = last.row_id + 1
         # fsync in a thread: the loop keeps reading (and journaling) answers meanwhile.
         await asyncio.to_thread(out.checkpoint, ckpt)
         journal.settle([rec[ROW_KEY] for rec in records])
         bar.add(len(records), sum(rec[ERRORS] is not None for rec in records))
-        status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in _COUNTERS})
+        status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in COUNTERS})
         status.beat()
 
     group: list[tuple[int, Item]] = []
     try:
         bar.start()
-        for entry in _items(shard, ckpt, config.loading_params.on_bad_row):
+        for entry in rows_from(shard, ckpt, config.loading_params.on_bad_row):
             group.append(entry)
             if len(group) >= group_rows:
                 start(group)

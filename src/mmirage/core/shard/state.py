@@ -50,7 +50,8 @@ SUCCESS, RUNNING, FAILED, STALE, EXHAUSTED, MISSING, UNKNOWN = (
 )
 
 
-COUNTERS = ("rows_done", "rows_failed", "input_tokens", "output_tokens")
+# rows_retryable: failed rows whose every failure a retry may fix (``mmirage retry`` reruns them)
+COUNTERS = ("rows_done", "rows_failed", "rows_retryable", "input_tokens", "output_tokens")
 
 
 class UnusableDirError(Exception):
