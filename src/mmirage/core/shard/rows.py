@@ -16,6 +16,7 @@ from mmirage.core.process.base import OutputRequest, OutputResult, Processor
 from mmirage.core.process.prompts import render_prompt
 from mmirage.core.process.variables import RowError, VariableExtractor, image_urls
 from mmirage.core.shard.journal import ResultJournal
+from mmirage.core.shard.progress import RowCount
 from mmirage.core.shard.reading import Item
 from mmirage.core.shard.retry_marker import RETRY, retry_marker
 from mmirage.core.writer.renderer import OutputRenderer, is_placeholder
@@ -57,8 +58,10 @@ class RowWorker:
         offsets: Mapping[tuple[int, str | None], int],
         procs: Mapping[str, Processor],
         journal: ResultJournal,
+        count: RowCount | None = None,
     ) -> None:
         pp = config.processing_params
+        self.count = count if count is not None else RowCount()  # rows finished, for the bar
         self.config = config
         self.shard = shard
         self.offsets = offsets
@@ -82,11 +85,13 @@ class RowWorker:
             if isinstance(item, BadRow):
                 error = f"line {item.line} of {item.file} is not a valid row: {item.error}"
                 records[index] = self._failed(self.key_of(item), {}, {"__row__": error}, 0, 0)
+                self.count.finish(failed=True)
                 continue
             try:
                 variables = self.extractor.extract(item.data)
             except RowError as exc:
                 records[index] = self._failed(self.key_of(item), item.data, {"__row__": str(exc)})
+                self.count.finish(failed=True)
                 continue
             source_index = self.offsets[(self.shard.dataset_index, item.split)] + item.row_id
             live.append(_RowWork(index, self.key_of(item), source_index, item.data, variables))
@@ -104,6 +109,7 @@ class RowWorker:
             try:
                 rendered = self.renderer.render(w.variables, w.row)
             except RowError as exc:
+                self.count.failed += not w.errors  # counted as a good row when it finished
                 w.errors["__schema__"] = str(exc)
                 return self._failed(w.key, w.row, w.errors, w.input_tokens, w.output_tokens)
             return {**rendered, **self._meta(w)}
@@ -128,6 +134,7 @@ class RowWorker:
                 prompt = None if template is None else render_prompt(template, w.variables)
             except RowError as exc:
                 w.errors[output.name] = str(exc)
+                self.count.finish(failed=True)  # no later output runs for this row
                 continue
             images = image_urls(w.variables, self.image_names) if template is not None else []
             requests.append(
@@ -153,8 +160,11 @@ class RowWorker:
                 f"{len(requests)} requests"
             )
 
-    @staticmethod
-    def _take(w: _RowWork, name: str, result: OutputResult) -> None:
+    def _take(self, w: _RowWork, name: str, result: OutputResult) -> None:
+        if result.error is not None and not result.fallback:
+            self.count.finish(failed=True)  # no later output runs for this row
+        elif name == self.output_names[-1]:
+            self.count.finish(failed=bool(w.errors) or result.error is not None)
         w.input_tokens += result.input_tokens
         w.output_tokens += result.output_tokens
         if result.error is not None:

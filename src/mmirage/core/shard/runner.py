@@ -33,17 +33,16 @@ import collections
 import contextlib
 import logging
 import os
-import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from llm_kit.progress import ProgressBar
 from mmirage.core.loader import DatasetShard, open_datasets, plan_shard
 from mmirage.core.process.base import Processor, RunContext
 from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.output import Checkpoint, ShardOutput
+from mmirage.core.shard.progress import RowProgress
 from mmirage.core.shard.published import verified_finished
 from mmirage.core.shard.reading import Item, rows_from, source_offsets
 from mmirage.core.shard.recovery import locator
@@ -310,12 +309,6 @@ def _stats(report: ShardReport) -> dict[str, Any]:
     }
 
 
-def _show_progress() -> bool:
-    """A progress bar (rows, failures, rows/s, ETA) when a person watches stderr; never in
-    logs, pipes or the children of a parallel run (their parent shows one status line)."""
-    return sys.stderr.isatty() and os.environ.get("MMIRAGE_PROGRESS", "1") != "0"
-
-
 def _journal_path(out: ShardOutput) -> Any:
     return out.part.with_name(out.part.name.removesuffix(".jsonl") + ".journal.jsonl")
 
@@ -347,12 +340,11 @@ async def _run_dataset(
         logger.info("shard %d: resuming %s after %d rows", shard.shard_id, out.part, ckpt.rows_done)
     report.resumed_rows += ckpt.rows_done
     journal = _journal(out, fp)
-    bar = ProgressBar(
+    bar = RowProgress(
         shard.num_rows,
-        enabled=_show_progress(),
-        description=f"shard {shard.shard_id} · dataset {shard.dataset_index}",
-        completed=ckpt.rows_done,
-        failed=ckpt.rows_failed,
+        f"shard {shard.shard_id} · dataset {shard.dataset_index}",
+        ckpt.rows_done,
+        ckpt.rows_failed,
     )
     if ckpt.range_index < len(shard.ranges):
         # Where this dataset's unfinished rows start, globally: a processor may need to know
@@ -365,7 +357,7 @@ async def _run_dataset(
             resume_at = getattr(proc, "resume_at", None)
             if resume_at is not None:
                 resume_at(first)
-    worker = RowWorker(config, shard, offsets, procs, journal)
+    worker = RowWorker(config, shard, offsets, procs, journal, bar.count)
     # Two groups in flight: the next one is read and rendered while the current one's requests
     # are out, so request slots never idle during the CPU work between groups. (Concurrency
     # stays bounded: the processors share their connection pools.) Groups land in order.
@@ -390,7 +382,6 @@ async def _run_dataset(
         # fsync in a thread: the loop keeps reading (and journaling) answers meanwhile.
         await asyncio.to_thread(out.checkpoint, ckpt)
         journal.settle([rec[ROW_KEY] for rec in records])
-        bar.add(len(records), sum(rec[ERRORS] is not None for rec in records))
         status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in COUNTERS})
         status.beat()
 
