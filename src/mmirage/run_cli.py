@@ -15,6 +15,7 @@ the children, which record "interrupted" and resume later from their checkpoints
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -89,6 +90,11 @@ def _os_failure(exc: OSError, field: str) -> NoReturn:
 
     if is_path_problem(exc):
         _fail(str(unusable_dir(exc, Path(exc.filename or "."), field)), 2)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = exc.filename or f"the {field}"
+        _fail(
+            f"no space left on the device of {where}; free space there or choose another {field}", 1
+        )
     _fail(str(exc), 1)
 
 

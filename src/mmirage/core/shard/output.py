@@ -20,6 +20,7 @@ tail) and reads on from the checkpoint's cursor.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -29,6 +30,7 @@ from typing import IO, Any
 
 import orjson
 
+from mmirage.core.shard.disk import writing
 from mmirage.core.shard.integrity import Fingerprint, describe
 from mmirage.core.shard.integrity import damage as integrity_damage
 from mmirage.core.shard.recovery import Locate, fits, salvage, scan_part
@@ -37,6 +39,8 @@ from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import FORMATS, Format, iter_jsonl, iter_rows, write_dataset
 
 logger = logging.getLogger(__name__)
+
+OUTPUT_DIR = "loading_params.datasets[].output_dir"  # what chose the disk of these files
 
 
 @dataclass
@@ -217,15 +221,19 @@ class ShardOutput:
     def append(self, records: list[dict[str, Any]]) -> None:
         assert self._file is not None, "open() first"
         opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
-        self._file.write(b"".join(orjson.dumps(r, default=_default, option=opts) for r in records))
+        lines = b"".join(orjson.dumps(r, default=_default, option=opts) for r in records)
+        with writing(self.part, OUTPUT_DIR):
+            self._file.write(lines)
 
     def checkpoint(self, ckpt: Checkpoint) -> None:
         """Make the appended rows durable, then record them (in that order)."""
         assert self._file is not None, "open() first"
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with writing(self.part, OUTPUT_DIR):
+            self._file.flush()
+            os.fsync(self._file.fileno())
         ckpt.offset = self._file.tell()
-        atomic_write_json(self.checkpoint_path, asdict(ckpt))
+        with writing(self.checkpoint_path, OUTPUT_DIR):
+            atomic_write_json(self.checkpoint_path, asdict(ckpt))
 
     def publish(self, ckpt: Checkpoint) -> None:
         """Publish the complete part file in ``output_format``, atomically.
@@ -247,8 +255,9 @@ class ShardOutput:
         written last: a crash before it leaves the new shard under the old fingerprint, which
         ``run`` reports as damaged and ``--force-retry`` takes back whole."""
         assert self._file is not None, "start_rewrite() first"
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with writing(self.part, OUTPUT_DIR):
+            self._file.flush()
+            os.fsync(self._file.fileno())
         ckpt.offset = self._file.tell()
         self.close()
         self._install(ckpt)
@@ -258,16 +267,18 @@ class ShardOutput:
 
     def _install(self, ckpt: Checkpoint) -> None:
         dest = self.path_for(self.format)
-        if self.format == "jsonl":
-            os.replace(self.part, dest)
-        else:
-            write_dataset(lambda: iter_jsonl(self.part), dest, self.format)
-            self.part.unlink(missing_ok=True)
+        with writing(dest, OUTPUT_DIR):
+            if self.format == "jsonl":
+                os.replace(self.part, dest)
+            else:
+                write_dataset(lambda: iter_jsonl(self.part), dest, self.format)
+                self.part.unlink(missing_ok=True)
         _fsync_dir(self.dir)
         written = describe(dest, ckpt.rows_done)
         ckpt.complete = True
         ckpt.published_size, ckpt.published_sha256 = written.size, written.sha256
-        atomic_write_json(self.checkpoint_path, asdict(ckpt))
+        with writing(self.checkpoint_path, OUTPUT_DIR):
+            atomic_write_json(self.checkpoint_path, asdict(ckpt))
 
     def damage(self, *, full: bool = False) -> str | None:
         """Why the published shard is not what was published (one sentence naming it), or
@@ -298,5 +309,7 @@ class ShardOutput:
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            # Rows not yet checkpointed may fail to flush (a full disk): resume drops them.
+            with contextlib.suppress(OSError):
+                self._file.close()
             self._file = None
