@@ -331,7 +331,11 @@ def test_faults_are_reported_then_retry_completes_them(
         rows = read_jsonl(tmp_path / "merged.jsonl")
         assert [r["__row_key__"] for r in rows] == source_keys()  # nothing dropped
         bad = [r for r in rows if r["__errors__"] and r["id"] != BROKEN]
-        assert bad and all(r["answer"] is None and r["facts"] is None for r in bad)
+        assert bad
+        for r in bad:  # only the fields that read a failed output are null
+            assert r["question"] == f"question {r['id'][0]} {r['id'][1:]}", r
+            for name in ("answer", "facts"):
+                assert (r[name] is None) == (name in r["__errors__"]), r
         reasons = {v.split(":")[0] for r in bad for v in r["__errors__"].values()}
         assert {"failed", "expired"} <= reasons
         totals = first
@@ -504,9 +508,16 @@ def test_an_invalid_json_answer_is_that_rows_error_only(tmp_path: Path) -> None:
     bad = dict(good, **{"facts-text-0": Outcome("facts-text-0", SUCCEEDED, '{"label": 1}')})
     failed = builder.rebuild(dict(row), builder.pending(row), bad, totals)
     assert set(failed["__errors__"]) == {"facts"} and "label" in failed["__errors__"]["facts"]
-    assert failed["answer"] is None and failed["summary"] is None and failed["id"] == "r1"
+    # Only the fields that read the failed output are null.
+    assert failed["facts"] is None and failed["label"] is None and failed["id"] == "r1"
+    assert failed["answer"] == "hi" and failed["summary"] == "q0 -> hi"
     assert totals.requests["invalid"] == 1 and totals.rows_with_errors == 1
 
     expired = dict(good, **{"answer-text-0": Outcome("answer-text-0", EXPIRED, message="late")})
     out = builder.rebuild(dict(row), builder.pending(row), expired, totals)
     assert out["__errors__"] == {"answer": "expired: late"} and "input_tokens" not in out
+    assert (
+        out["answer"] is None
+        and out["summary"] is None
+        and out["facts"] == {"label": "L", "score": 3}
+    )

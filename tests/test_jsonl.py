@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import orjson
+import pytest
 
 from conftest import TEST_KEY
 from llm_kit import LLM, BatchConfig, BatchItem, BatchResult, Message
@@ -82,3 +84,32 @@ def test_scan_is_not_fooled_by_result_shaped_responses(tmp_path: Path) -> None:
     checkpoint = scan(path)
     assert checkpoint.done == {"real", "other"}
     assert checkpoint.retryable == {"other"}
+
+
+async def test_a_zeroed_block_reruns_its_items_and_is_set_aside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    out = tmp_path / "out.jsonl"
+    items = [BatchItem(f"r{i}", [Message.user(f"q{i}")]) for i in range(200)]
+    with running_emulator(EmulatorConfig()) as emu:
+        llm = LLM(model="m", base_url=emu.openai_base_url, api_key=TEST_KEY)
+        await llm.batch_to_jsonl(items, out)
+        data = bytearray(out.read_bytes())
+        lines = bytes(data).splitlines(keepends=True)
+        # A crash left 4 KB of NUL bytes after line 5's head (lines after it may be gone).
+        head = sum(map(len, lines[:5])) + lines[5].index(b'"retryable":') + 20
+        data[head : head + 4096] = b"\0" * 4096
+        assert data.endswith(b"}\n")  # the block is inside the file, not a torn tail
+        out.write_bytes(bytes(data))
+        swallowed = {i.id for i in items if f'"id":"{i.id}"'.encode() not in data}
+        requests_before = emu.stats()["requests"]
+        with caplog.at_level(logging.WARNING, logger="llm_kit.jsonl"):
+            written = await llm.batch_to_jsonl(items, out, resume=True)
+        await llm.aclose()
+        sent = emu.stats()["requests"] - requests_before
+    assert "r5" not in swallowed  # the damaged line still names its item...
+    assert written == sent == 1 + len(swallowed)  # ...yet it runs again, with those it hid
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert sorted(r["id"] for r in records) == sorted(i.id for i in items)
+    assert b"\0" in (tmp_path / "out.jsonl.unreadable").read_bytes()
+    assert [r.getMessage() for r in caplog.records if str(out) in r.getMessage()]

@@ -126,9 +126,12 @@ def test_cli_merge_hf_is_the_concatenation_in_order(
         {"role": "user", "content": "t0"},
         {"role": "assistant", "content": "echo:Q t0"},
     ]
-    assert got[5]["conversations"] is None and got[5]["__errors__"] == {
-        "answer": "scripted failure"
-    }
+    # A failed row keeps the fields that only read inputs; the failed output's is null.
+    assert got[5]["conversations"] == [
+        {"role": "user", "content": "t5"},
+        {"role": "assistant", "content": None},
+    ]
+    assert got[5]["__errors__"] == {"answer": "scripted failure"}
     assert got[5]["__usage__"] == {"input_tokens": 1, "output_tokens": 0}
     assert got == expected  # exact values, in source order
 

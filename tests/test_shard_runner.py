@@ -412,3 +412,95 @@ def test_two_datasets_cannot_share_an_output_dir(tmp_path: Path) -> None:
     }
     with pytest.raises(ConfigError, match=r"datasets\[1\]\.output_dir: is also the output_dir"):
         load_mmirage_config_dict(raw)
+
+
+def test_a_failed_output_nulls_only_the_fields_that_read_it(tmp_path: Path) -> None:
+    config = make_config(tmp_path, remove_columns=True)
+    fake = FakeProcessor(fail_keys=["0::7"])
+    run_shard(config, 0, processors=procs(fake))
+    row = published(config)[7]
+    assert row["__errors__"] == {"answer": "scripted failure"}
+    # answer failed and grade (after it) was not computed: their fields are null...
+    assert row["answer"] is None and row["score"] is None
+    # ...the fields that only read inputs render as in a good row.
+    assert row["meta"] == {"n": 70, "tag": "x-7"}
+
+
+def interrupted_after_four_rows(config: MMirageConfig) -> Path:
+    """A run killed after checkpointing rows 0-3; returns the checkpoint's path."""
+    with pytest.raises(RuntimeError, match="provider went away"):
+        run_shard(config, 0, processors=procs(FakeProcessor(raise_on_call=3)))
+    return Path(config.loading_params.datasets[0].output_dir) / ".parts" / "shard-0-of-1.ckpt.json"
+
+
+def fresh_rows(tmp_path: Path) -> list[dict[str, Any]]:
+    (tmp_path / "fresh").mkdir(exist_ok=True)
+    fresh = make_config(tmp_path / "fresh", batch_size=2, **ONE_OUTPUT)
+    run_shard(fresh, 0, processors=procs(FakeProcessor()))
+    return published(fresh)
+
+
+def test_an_unreadable_checkpoint_is_rebuilt_from_the_part_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = make_config(tmp_path, batch_size=2, **ONE_OUTPUT)
+    ckpt = interrupted_after_four_rows(config)
+    ckpt.write_bytes(b'{"rows_done": 4, "off')  # torn by a crash
+    again = FakeProcessor()
+    with caplog.at_level("WARNING"):
+        run_shard(config, 0, processors=procs(again))
+    assert not {f"0::{i}" for i in range(4)} & set(again.keys())  # nothing paid twice
+    assert any(str(ckpt) in r.getMessage() for r in caplog.records)
+    assert published(config) == fresh_rows(tmp_path)
+
+
+def test_a_checkpoint_offset_inside_a_line_never_publishes_a_torn_line(tmp_path: Path) -> None:
+    config = make_config(tmp_path, batch_size=2, **ONE_OUTPUT)
+    ckpt = interrupted_after_four_rows(config)
+    saved = json.loads(ckpt.read_text())
+    saved["offset"] -= 7
+    ckpt.write_text(json.dumps(saved))
+    run_shard(config, 0, processors=procs(FakeProcessor()))
+    assert published(config) == fresh_rows(tmp_path)  # every line whole, every row once
+
+
+def test_a_truncated_published_shard_is_refused_then_repaired_without_paying_twice(
+    tmp_path: Path,
+) -> None:
+    from mmirage.core.shard.published import ShardDamagedError
+
+    config = make_config(tmp_path, batch_size=2, **ONE_OUTPUT)
+    run_shard(config, 0, processors=procs(FakeProcessor()))
+    shard = Path(config.loading_params.datasets[0].output_dir) / "shard-0-of-1.jsonl"
+    lines = shard.read_bytes().splitlines(keepends=True)
+    shard.write_bytes(b"".join(lines[:6]) + lines[6][:9])  # 6 rows and a torn 7th
+    with pytest.raises(ShardDamagedError, match=f"{shard}.*--force-retry"):
+        run_shard(config, 0, processors=procs(FakeProcessor()))
+    again = FakeProcessor()
+    report = run_shard(config, 0, processors=procs(again), reset_attempts=True)
+    assert again.keys() == [f"0::{i}" for i in range(6, ROWS)]  # only the lost rows
+    assert report.rows_done == ROWS
+    assert published(config) == fresh_rows(tmp_path)
+    assert run_shard(config, 0, processors=procs(FakeProcessor())).skipped
+
+
+def test_cli_run_check_and_merge_name_a_truncated_shard(tmp_path: Path) -> None:
+    config = cli_config(tmp_path)
+    mmirage("run", str(config))
+    shard = tmp_path / "out" / "shard-1-of-2.jsonl"
+    whole = shard.read_bytes()
+    shard.write_bytes(b"".join(whole.splitlines(keepends=True)[:2]))  # 2 of its 5 rows
+
+    for argv in (["run"], ["check"], ["merge"]):
+        result = mmirage(*argv, str(config))
+        assert result.returncode == 1, (argv, result.stdout, result.stderr)
+        said = result.stdout + result.stderr
+        assert f"published shard {shard} holds" in said and "--force-retry" in said, argv
+    assert not (tmp_path / "out" / "merged").exists()
+
+    repaired = mmirage("run", str(config), "--force-retry")
+    assert "shard 1/2: done" in repaired.stderr and "resumed after 2" in repaired.stderr
+    assert shard.read_bytes() == whole
+    assert mmirage("check", str(config)).returncode == 0
+    merged = mmirage("merge", str(config))
+    assert merged.returncode == 0, merged.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -13,6 +14,8 @@ import orjson
 
 from llm_kit.types import BatchResult
 
+logger = logging.getLogger(__name__)
+
 # Lines are written as {"id":"...","ok":true|false,"retryable":true|false,...} so that the
 # resume scan can read those three fields with byte slicing instead of parsing whole lines
 # (which may carry long responses). Any other shape falls back to a full parse.
@@ -20,6 +23,7 @@ _ID_PREFIX = b'{"id":"'
 _OK_KEY = b'","ok":'
 _TRUE = ord("t")
 _BLOCK_HEAD = re.compile(rb'\n\{"id":"([^"\\\n]*)","ok":(t|f)[a-z]+,"retryable":(t|f)')
+_NUL = b"\x00"  # never in a JSON line (escaped as \u0000): a crash-zeroed block of the file
 _FAILED = (b"f", False)  # the block path yields bytes flags, the line path booleans
 _TRUE_FLAGS = (b"t", True)
 
@@ -31,6 +35,7 @@ class Checkpoint:
     done: set[str] = field(default_factory=set)  # ids with a final record (success or not)
     retryable: set[str] = field(default_factory=set)  # ids whose last record is a retryable error
     repaired_bytes: int = 0  # size of a torn last line that was cut off
+    unreadable: int = 0  # lines that were not results: moved to ``<file>.unreadable``
 
 
 def repair_torn_tail(path: Path) -> int:
@@ -70,9 +75,14 @@ def scan(path: Path) -> Checkpoint:
             # One regex pass over a block finds every line head at C speed; the pattern starts
             # with a newline, so it can only match at the start of a line (newlines inside JSON
             # strings are escaped). A block with any other line takes the line-by-line path.
+            # A line that ends in "}" and holds no NUL byte is whole; any other line is
+            # parsed in full, and one that does not parse is not done.
             heads = _BLOCK_HEAD.findall(block)
-            if len(heads) != block.count(b"\n") - 1:
-                heads = [h for h in map(_read_head, block[1:].splitlines()) if h is not None]
+            lines = block.count(b"\n") - 1
+            if len(heads) != lines or block.count(b"}\n") != lines or _NUL in block:
+                read = [_read_head(line) for line in block[1:].splitlines() if line.strip()]
+                heads = [h for h in read if h is not None]
+                checkpoint.unreadable += len(read) - len(heads)
             for item_id, ok, can_retry in heads:
                 if isinstance(item_id, bytes):
                     item_id = item_id.decode()
@@ -81,7 +91,29 @@ def scan(path: Path) -> Checkpoint:
                     retryable.add(item_id)
                 else:
                     retryable.discard(item_id)
+    if checkpoint.unreadable:
+        aside = set_aside_unreadable(path)
+        logger.warning(
+            "%s: %d unreadable line(s) moved to %s; their items are run again",
+            path,
+            checkpoint.unreadable,
+            aside,
+        )
     return checkpoint
+
+
+def set_aside_unreadable(path: Path) -> Path:
+    """Move the lines of ``path`` that are not results to ``<path>.unreadable`` (appended:
+    nothing is destroyed); ``path`` is rewritten through a temporary file and a rename."""
+    aside = path.with_name(path.name + ".unreadable")
+    tmp = path.with_name(path.name + ".compact")
+    with open(path, "rb") as src, open(tmp, "wb") as keep, open(aside, "ab") as drop:
+        for line in src:
+            (keep if not line.strip() or _read_head(line) is not None else drop).write(line)
+        keep.flush()
+        os.fsync(keep.fileno())
+    os.replace(tmp, path)
+    return aside
 
 
 def _blocks(f: BinaryIO, size: int = 1 << 24) -> Iterator[bytes]:
@@ -100,7 +132,8 @@ def _blocks(f: BinaryIO, size: int = 1 << 24) -> Iterator[bytes]:
 def _read_head(line: bytes) -> tuple[str, bool, bool] | None:
     """(id, ok, retryable) of one output line, or None for a line that is not a result."""
     end = line.find(_OK_KEY, 7)
-    if end > 0 and line.startswith(_ID_PREFIX):
+    whole = line.rstrip(b"\r\n").endswith(b"}") and _NUL not in line
+    if whole and end > 0 and line.startswith(_ID_PREFIX):
         raw = line[7:end]
         if b"\\" not in raw:
             ok = line[end + 7] == _TRUE

@@ -15,6 +15,7 @@ the children, which record "interrupted" and resume later from their checkpoints
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -89,6 +90,11 @@ def _os_failure(exc: OSError, field: str) -> NoReturn:
 
     if is_path_problem(exc):
         _fail(str(unusable_dir(exc, Path(exc.filename or "."), field)), 2)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = exc.filename or f"the {field}"
+        _fail(
+            f"no space left on the device of {where}; free space there or choose another {field}", 1
+        )
     _fail(str(exc), 1)
 
 
@@ -188,11 +194,13 @@ def _check_dirs(cfg: MMirageConfig) -> None:
 class RunPlan:
     """How the selected shards run. ``retry``: retry failures within the retry budget
     (``max_retries`` retries after the first attempt, counted by status.json ``attempts``);
-    ``force_retry``: a new budget even when it is spent; ``recompute``: start from nothing."""
+    ``force_retry``: a new budget even when it is spent; ``recompute``: start from nothing;
+    ``retry_rows``: compute again the published rows that failed for a retryable reason."""
 
     retry: bool
     force_retry: bool = False
     recompute: bool = False
+    retry_rows: bool = False
     export_prompts: str | None = None  # dry run: batch_api requests go to this path
 
 
@@ -241,6 +249,7 @@ def run_one(cfg: MMirageConfig, shard_id: int, plan: RunPlan) -> ShardOutcome:
                     shard_id,
                     force=force,
                     reset_attempts=reset,
+                    retry_rows=plan.retry_rows,
                     export_prompts=plan.export_prompts,
                 )
         except ShardConflictError as exc:
@@ -514,8 +523,15 @@ def _fail_on_failed_rows(outcomes: list[ShardOutcome]) -> None:
         return
     first = next((r["first_row_error"] for r in reports if r.get("first_row_error")), None)
     example = f" (first: {first})" if first else ""
+    retryable = sum(int(r.get("rows_retryable") or 0) for r in reports)
+    hint = (
+        f"; 'mmirage retry CONFIG' computes again the {retryable} that failed for a retryable "
+        "reason"
+        if retryable
+        else ""
+    )
     _fail(
-        f"{failed} row(s) failed{example}; each is published with its reason in __errors__",
+        f"{failed} row(s) failed{example}; each is published with its reason in __errors__{hint}",
         1,
     )
 
@@ -526,7 +542,8 @@ def _fail_on_failed_rows(outcomes: list[ShardOutcome]) -> None:
 @click.option(
     "--force-retry",
     is_flag=True,
-    help="Retry shards that did not succeed, even when out of retries (finished shards are kept).",
+    help="Retry shards that did not succeed, even when out of retries, and the rows that failed "
+    "for a retryable reason (finished rows are kept).",
 )
 @click.option(
     "--recompute",
@@ -591,7 +608,12 @@ def run(
     _share_run_id()
     _sigterm_as_exit()
     _die_with_parent()
-    plan = RunPlan(retry=ep.retry or force_retry, force_retry=force_retry, recompute=recompute)
+    plan = RunPlan(
+        retry=ep.retry or force_retry,
+        force_retry=force_retry,
+        recompute=recompute,
+        retry_rows=force_retry,
+    )
     if export_prompts is not None:
         _conclude(_export_prompts(cfg, shards, plan, export_prompts), stats)
         return
@@ -687,13 +709,16 @@ def retry(
     yes: bool,
     only_retryable: bool,
 ) -> None:
-    """Rerun the shards that did not succeed (failed, dead while running, or never run).
+    """Rerun the shards that did not succeed (failed, dead while running, or never run), and
+    in finished shards the rows that failed for a retryable reason (only their failed outputs
+    are requested again).
 
     Each gets at most execution_params.max_retries retries in all (status.json counts its
     attempts); succeeded shards are skipped. Prints the summary JSON; exits 0 only when every
     shard has succeeded. With a batch_api processor, then resubmits the requests that failed,
     expired, were canceled or are missing from ended batches (a later merge takes them).
     """
+    from mmirage.core.shard.health import PARTIAL
     from mmirage.core.shard.state import EXHAUSTED, FAILED, MISSING, STALE, UNKNOWN
 
     path = _config_path(config, config_option)
@@ -702,9 +727,9 @@ def retry(
     n = cfg.loading_params.num_shards
     if shard_id is not None and shard_id >= n:
         _fail(f"--shard-id {shard_id} is out of range: num_shards is {n}", 2)
-    states = _states(cfg)
+    states = _states(cfg, path)
     chosen = [shard_id] if shard_id is not None else list(range(n))
-    todo = [k for k in chosen if states[k] in (FAILED, STALE, MISSING, UNKNOWN)]
+    todo = [k for k in chosen if states[k] in (FAILED, STALE, MISSING, UNKNOWN, PARTIAL)]
     for k in chosen:
         if states[k] == EXHAUSTED:
             click.echo(
@@ -716,8 +741,8 @@ def retry(
     if todo:
         with _user_errors_exit_2():
             _check_dirs(cfg)
-        outcomes = run_shards(cfg, path, todo, RunPlan(retry=True), "retry")
-    summary = _summary(_states(cfg), chosen)
+        outcomes = run_shards(cfg, path, todo, RunPlan(retry=True, retry_rows=True), "retry")
+    summary = _summary(_states(cfg, path), chosen)
     if stats:
         summary["stats"] = _stats_json([o.stats for o in outcomes if o.stats is not None])
     click.echo(json.dumps(summary, indent=2))
@@ -733,14 +758,10 @@ def retry(
         click.echo("All shards already succeeded.", err=True)
 
 
-def _states(cfg: MMirageConfig) -> dict[int, str]:
-    from mmirage.core.shard.state import read_status, shard_state, status_path
+def _states(cfg: MMirageConfig, path: Path) -> dict[int, str]:
+    from mmirage.core.shard.health import shard_health
 
-    max_retries = cfg.execution_params.max_retries
-    return {
-        k: shard_state(read_status(status_path(cfg, k)), max_retries)
-        for k in range(cfg.loading_params.num_shards)
-    }
+    return {k: shard_health(cfg, k, path).state for k in range(cfg.loading_params.num_shards)}
 
 
 def _summary(states: Mapping[int, str], shards: list[int]) -> dict[str, Any]:
@@ -823,12 +844,15 @@ def check(
     """Show every shard's state as a table, then a summary; exit 0 only when all succeeded.
 
     ATTEMPTS is attempts made / allowed (1 + max_retries); a running shard whose heartbeat is
-    old, or whose process is gone, is "stale" and will be rerun by 'mmirage retry'.
+    old, or whose process is gone, is "stale" and will be rerun by 'mmirage retry'; a finished
+    shard with rows that failed for a retryable reason is "partial" (exit 1): 'mmirage retry'
+    computes just those rows again. Rows that failed for good are reported, exit 0.
 
     With a batch_api processor: the provider status of every submitted batch instead, then
     the summary per provider; exit 1 only when a batch failed at the provider.
     """
-    from mmirage.core.shard.state import SUCCESS, read_status, shard_state, status_path
+    from mmirage.core.shard.health import shard_health
+    from mmirage.core.shard.state import SUCCESS
 
     path = _config_path(config, config_option)
     with _user_errors_exit_2():
@@ -843,16 +867,19 @@ def check(
     lines = [list(_CHECK_HEADER)]
     counts: dict[str, int] = {}
     rows = failed = 0
+    notes: list[str] = []  # in full: the table cuts long errors
     for k in range(n):
-        status = read_status(status_path(cfg, k))
-        state = shard_state(status, max_retries)
-        counts[state] = counts.get(state, 0) + 1
-        lines.append(_check_row(k, state, status or {}, max_retries + 1))
-        rows += int((status or {}).get("rows_done") or 0)
-        failed += int((status or {}).get("rows_failed") or 0)
+        health = shard_health(cfg, k, path)
+        counts[health.state] = counts.get(health.state, 0) + 1
+        lines.append(_check_row(k, health.state, health.status, max_retries + 1))
+        rows += int(health.status.get("rows_done") or 0)
+        failed += int(health.status.get("rows_failed") or 0)
+        notes += health.notes
     _print_table(lines)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     click.echo(f"{n} shard(s): {summary}; {rows} rows done, {failed} failed")
+    for line in notes:
+        click.echo(line, err=True)
     sys.exit(0 if counts.get(SUCCESS, 0) == n else 1)
 
 

@@ -19,8 +19,10 @@ from typing import Any
 import orjson
 
 from mmirage.core.process.base import OutputResult
+from mmirage.core.shard.disk import writing
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+JOURNAL_DIR = "loading_params.datasets[].output_dir"  # the journal sits in its .parts
 _COMPACT_AT = 4096  # lines; rewrite when the file holds this many more than the live entries
 
 
@@ -69,7 +71,8 @@ class ResultJournal:
             "output_tokens": result.output_tokens,
         }
         line = orjson.dumps(entry, default=str, option=_OPTS)
-        os.write(self._fd, line)
+        with writing(self.path, JOURNAL_DIR):
+            os.write(self._fd, line)
         self._lines += 1
         self._live.setdefault(key, {})[output] = line
 
@@ -92,7 +95,8 @@ class ResultJournal:
             os.close(self._fd)
         tmp = self.path.with_name(self.path.name + ".tmp")
         lines = [line for outputs in self._live.values() for line in outputs.values()]
-        tmp.write_bytes(b"".join(lines))
+        with writing(tmp, JOURNAL_DIR):
+            tmp.write_bytes(b"".join(lines))
         os.replace(tmp, self.path)
         self._lines = len(lines)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

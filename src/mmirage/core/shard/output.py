@@ -20,6 +20,8 @@ tail) and reads on from the checkpoint's cursor.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 from dataclasses import asdict, dataclass
@@ -28,14 +30,24 @@ from typing import IO, Any
 
 import orjson
 
-from mmirage.core.shard.state import atomic_write_json
+from mmirage.core.shard.disk import writing
+from mmirage.core.shard.integrity import Fingerprint, describe
+from mmirage.core.shard.integrity import damage as integrity_damage
+from mmirage.core.shard.recovery import Locate, fits, salvage, scan_part
+from mmirage.core.shard.state import COUNTERS, atomic_write_json
+from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import FORMATS, Format, iter_jsonl, iter_rows, write_dataset
+
+logger = logging.getLogger(__name__)
+
+OUTPUT_DIR = "loading_params.datasets[].output_dir"  # what chose the disk of these files
 
 
 @dataclass
 class Checkpoint:
     rows_done: int = 0  # lines in the part file (good rows and error records)
     rows_failed: int = 0
+    rows_retryable: int = 0  # failed rows that carry a retry marker (``retry_marker``)
     input_tokens: int = 0
     output_tokens: int = 0
     offset: int = 0  # byte length of the part file holding those rows
@@ -43,17 +55,32 @@ class Checkpoint:
     next_row_id: int | None = None  # ...and the row id to start at (None: the range's start)
     complete: bool = False  # published
     fingerprint: str = ""
+    # The published shard as written (``integrity``): verified before it is trusted again.
+    published_size: int | None = None
+    published_sha256: str | None = None
 
     @classmethod
     def load(cls, path: Path) -> Checkpoint | None:
+        """The saved checkpoint; ``None`` when there is none or it cannot be read (with a
+        WARNING: the part file's complete rows are then what a resume trusts)."""
         try:
             data = orjson.loads(path.read_bytes())
+            known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+            return cls(**known)
         except FileNotFoundError:
             return None
-        except (OSError, orjson.JSONDecodeError):
-            return None  # unreadable: start this dataset over (nothing is trusted)
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            logger.warning(
+                "checkpoint %s cannot be read (%s); recovering from the rows its part file holds",
+                path,
+                exc,
+            )
+            return None
+
+    def published_as(self) -> Fingerprint | None:
+        if self.published_size is None or self.published_sha256 is None:
+            return None  # published before shards were fingerprinted
+        return Fingerprint(self.rows_done, self.published_size, self.published_sha256)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -68,6 +95,13 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _default(value: Any) -> Any:
@@ -115,11 +149,7 @@ class ShardOutput:
         for path in (self.part, self.checkpoint_path):
             path.unlink(missing_ok=True)
         for fmt in FORMATS:
-            path = self.path_for(fmt)
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+            _remove(self.path_for(fmt))
 
     def finished(self) -> Checkpoint | None:
         """The checkpoint of a published shard (counted from its rows if it was lost), or
@@ -133,32 +163,55 @@ class ShardOutput:
             ckpt = Checkpoint()
             for batch in iter_rows(published):
                 for row in batch:
-                    ckpt.rows_done += 1
-                    ckpt.rows_failed += bool(row.get("__errors__"))
-                    usage = row.get("__usage__") or {}
-                    ckpt.input_tokens += int(usage.get("input_tokens") or 0)
-                    ckpt.output_tokens += int(usage.get("output_tokens") or 0)
+                    tally(ckpt, row)
         ckpt.complete = True
         return ckpt
 
-    def resume_point(self, fp: str) -> Checkpoint:
+    def resume_point(self, fp: str, locate: Locate | None = None) -> Checkpoint:
         """The checkpoint ``open`` resumes from: the saved one if it belongs to this config and
-        the part file still holds its rows, else a fresh one."""
+        fits the part file; else one rebuilt from the part file's complete rows (``locate``
+        places the cursor after the last; without it, only the counters are rebuilt)."""
         ckpt = Checkpoint.load(self.checkpoint_path)
-        if ckpt is None or ckpt.complete or ckpt.fingerprint != fp:
+        if ckpt is not None and (ckpt.complete or ckpt.fingerprint != fp):
             return Checkpoint(fingerprint=fp)
         try:
             size = self.part.stat().st_size
         except FileNotFoundError:
             size = 0
-        if size < ckpt.offset:  # checkpointed rows were lost (deleted or truncated by hand)
-            return Checkpoint(fingerprint=fp)
+        if (
+            ckpt is not None
+            and ckpt.offset <= size
+            and fits(self.part, ckpt.offset, ckpt.rows_done)
+        ):
+            return ckpt
+        if ckpt is not None:
+            logger.warning(
+                "checkpoint %s says %d bytes but its part file %s holds %d; recovering from "
+                "the rows the part file holds",
+                self.checkpoint_path,
+                ckpt.offset,
+                self.part,
+                size,
+            )
+        return self._rebuilt(fp, locate)
+
+    def _rebuilt(self, fp: str, locate: Locate | None) -> Checkpoint:
+        durable = scan_part(self.part)
+        ckpt = Checkpoint(fingerprint=fp)
+        if durable.last_key is None:
+            return ckpt
+        cursor = locate(durable.last_key) if locate is not None else (0, None)
+        if cursor is None:  # not this shard's rows: nothing can be trusted
+            return ckpt
+        ckpt.range_index, ckpt.next_row_id = cursor
+        for name in (*COUNTERS, "offset"):
+            setattr(ckpt, name, getattr(durable, name))
         return ckpt
 
-    def open(self, fp: str) -> Checkpoint:
-        """Open the part file for appending at ``resume_point(fp)`` and return that checkpoint."""
+    def open(self, fp: str, locate: Locate | None = None) -> Checkpoint:
+        """Open the part file for appending at ``resume_point`` and return that checkpoint."""
         self.part.parent.mkdir(parents=True, exist_ok=True)
-        ckpt = self.resume_point(fp)
+        ckpt = self.resume_point(fp, locate)
         mode = "r+b" if self.part.exists() else "w+b"
         self._file = open(self.part, mode)  # noqa: SIM115 - kept open across batches
         self._file.truncate(ckpt.offset)
@@ -168,15 +221,19 @@ class ShardOutput:
     def append(self, records: list[dict[str, Any]]) -> None:
         assert self._file is not None, "open() first"
         opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
-        self._file.write(b"".join(orjson.dumps(r, default=_default, option=opts) for r in records))
+        lines = b"".join(orjson.dumps(r, default=_default, option=opts) for r in records)
+        with writing(self.part, OUTPUT_DIR):
+            self._file.write(lines)
 
     def checkpoint(self, ckpt: Checkpoint) -> None:
         """Make the appended rows durable, then record them (in that order)."""
         assert self._file is not None, "open() first"
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with writing(self.part, OUTPUT_DIR):
+            self._file.flush()
+            os.fsync(self._file.fileno())
         ckpt.offset = self._file.tell()
-        atomic_write_json(self.checkpoint_path, asdict(ckpt))
+        with writing(self.checkpoint_path, OUTPUT_DIR):
+            atomic_write_json(self.checkpoint_path, asdict(ckpt))
 
     def publish(self, ckpt: Checkpoint) -> None:
         """Publish the complete part file in ``output_format``, atomically.
@@ -186,17 +243,73 @@ class ShardOutput:
         harmless: the published shard is what counts, and a forced rerun discards it)."""
         self.checkpoint(ckpt)
         self.close()
+        self._install(ckpt)
+
+    def start_rewrite(self) -> None:
+        """Open an empty part file for a published shard's new version (``republish``)."""
+        self.part.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.part, "w+b")  # noqa: SIM115 - kept open across batches
+
+    def republish(self, ckpt: Checkpoint) -> None:
+        """Publish the rewritten part file in place of the published shard. The checkpoint is
+        written last: a crash before it leaves the new shard under the old fingerprint, which
+        ``run`` reports as damaged and ``--force-retry`` takes back whole."""
+        assert self._file is not None, "start_rewrite() first"
+        with writing(self.part, OUTPUT_DIR):
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        ckpt.offset = self._file.tell()
+        self.close()
+        self._install(ckpt)
+        for fmt in FORMATS:  # an older version in another format is not this shard any more
+            if fmt != self.format:
+                _remove(self.path_for(fmt))
+
+    def _install(self, ckpt: Checkpoint) -> None:
         dest = self.path_for(self.format)
-        if self.format == "jsonl":
-            os.replace(self.part, dest)
-        else:
-            write_dataset(lambda: iter_jsonl(self.part), dest, self.format)
-            self.part.unlink(missing_ok=True)
+        with writing(dest, OUTPUT_DIR):
+            if self.format == "jsonl":
+                os.replace(self.part, dest)
+            else:
+                write_dataset(lambda: iter_jsonl(self.part), dest, self.format)
+                self.part.unlink(missing_ok=True)
         _fsync_dir(self.dir)
+        written = describe(dest, ckpt.rows_done)
         ckpt.complete = True
+        ckpt.published_size, ckpt.published_sha256 = written.size, written.sha256
+        with writing(self.checkpoint_path, OUTPUT_DIR):
+            atomic_write_json(self.checkpoint_path, asdict(ckpt))
+
+    def damage(self, *, full: bool = False) -> str | None:
+        """Why the published shard is not what was published (one sentence naming it), or
+        ``None`` when it is, or when nothing was recorded to compare with."""
+        published = self.find_published()
+        ckpt = Checkpoint.load(self.checkpoint_path)
+        expected = ckpt.published_as() if ckpt is not None else None
+        if published is None or expected is None:
+            return None
+        problem = integrity_damage(published, expected, full=full)
+        return None if problem is None else f"published shard {published} {problem}"
+
+    def salvage(self, fp: str, locate: Locate) -> Checkpoint:
+        """Take a damaged published shard apart: its readable rows go back into the part
+        file, the damaged file goes, and the returned checkpoint resumes after those rows."""
+        published = self.find_published()
+        kept = salvage(published, self.part) if published is not None else 0
+        for fmt in FORMATS:
+            _remove(self.path_for(fmt))
+        ckpt = self._rebuilt(fp, locate)
+        logger.warning(
+            "%s is damaged: its first %d readable row(s) are kept, the shard resumes after them",
+            published,
+            kept,
+        )
         atomic_write_json(self.checkpoint_path, asdict(ckpt))
+        return ckpt
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            # Rows not yet checkpointed may fail to flush (a full disk): resume drops them.
+            with contextlib.suppress(OSError):
+                self._file.close()
             self._file = None

@@ -5,9 +5,11 @@ Per row, the part file (and so the published shard) holds the rendered row plus 
 * ``__row_key__`` — ``"<dataset index>:<split or ''>:<row id>"``, the same on every run;
 * ``__errors__`` — ``null`` for a good row, else ``{<output name>: <one sentence>}`` (``__row__``
   for a row that could not be read or lacks an input, ``__schema__`` when the schema cannot be
-  rendered). A failed row keeps its source columns and gets ``null`` for every schema column;
-  its later outputs are not computed (they would mostly depend on the failed one, and nobody
-  should pay for them);
+  rendered). A row whose output failed keeps its source columns and every schema field that
+  can be rendered without the outputs it lacks; only the fields that read a failed (or, after
+  it, uncomputed) output are ``null``. A row that cannot be read, or lacks an input, gets
+  ``null`` for every schema field. A failed output's later outputs are not computed (they
+  would mostly depend on the failed one, and nobody should pay for them);
 * ``__usage__`` — ``{"input_tokens", "output_tokens"}`` summed over the row's outputs;
 * ``__vars__`` — only on rows still waiting for a ``batch_api`` result: the variables the
   output_schema reads (placeholders included), so that ``merge`` can render the row again
@@ -31,27 +33,23 @@ import collections
 import contextlib
 import logging
 import os
-import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from llm_kit.progress import ProgressBar
-from mmirage.core.loader import (
-    BadRow,
-    DatasetShard,
-    DatasetSource,
-    Row,
-    open_datasets,
-    plan_shard,
-)
-from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
-from mmirage.core.process.prompts import render_prompt
-from mmirage.core.process.variables import RowError, VariableExtractor, image_urls
+from mmirage.core.loader import DatasetShard, open_datasets, plan_shard
+from mmirage.core.process.base import Processor, RunContext
 from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.output import Checkpoint, ShardOutput
+from mmirage.core.shard.progress import RowProgress
+from mmirage.core.shard.published import verified_finished
+from mmirage.core.shard.reading import Item, rows_from, source_offsets
+from mmirage.core.shard.recovery import locator
+from mmirage.core.shard.row_retry import retry_failed_rows
+from mmirage.core.shard.rows import ERRORS, ROW_KEY, RowWorker, processor_key
 from mmirage.core.shard.state import (
+    COUNTERS,
     HEARTBEAT_EVERY_S,
     RUNNING,
     SUCCESS,
@@ -63,17 +61,12 @@ from mmirage.core.shard.state import (
     shard_lock,
     status_path,
 )
-from mmirage.core.writer.renderer import OutputRenderer, is_placeholder
+from mmirage.core.shard.tally import tally
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
-    from mmirage.config.processing import OutputVar
-    from mmirage.config.processors import ProcessorConfig
 
 logger = logging.getLogger(__name__)
-
-ROW_KEY, ERRORS, USAGE, VARS = "__row_key__", "__errors__", "__usage__", "__vars__"
-_COUNTERS = ("rows_done", "rows_failed", "input_tokens", "output_tokens")
 
 
 @dataclass
@@ -83,6 +76,7 @@ class ShardReport:
     skipped: bool = False  # already finished: nothing was run
     rows_done: int = 0
     rows_failed: int = 0
+    rows_retryable: int = 0  # failed rows 'mmirage retry' can run again
     input_tokens: int = 0
     output_tokens: int = 0
     resumed_rows: int = 0  # rows found done by an earlier, interrupted attempt
@@ -92,16 +86,11 @@ class ShardReport:
     first_row_error: str | None = None  # "<row key>: <reason>" of this run's first failed row
 
     def add(self, ckpt: Checkpoint) -> None:
-        for name in _COUNTERS:
+        for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(ckpt, name))
 
     def counters(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in _COUNTERS}
-
-
-def processor_key(processor: ProcessorConfig) -> str:
-    """How ``run_shard(processors=...)`` names a processor: its ``name``, else its ``type``."""
-    return processor.name or processor.type
+        return {name: getattr(self, name) for name in COUNTERS}
 
 
 def run_shard(
@@ -111,6 +100,7 @@ def run_shard(
     processors: Mapping[str, Processor] | None = None,
     force: bool = False,
     reset_attempts: bool = False,
+    retry_rows: bool = False,
     run_id: str | None = None,
     export_prompts: str | None = None,
 ) -> ShardReport:
@@ -120,7 +110,8 @@ def run_shard(
     builds them from the config and closes them at the end. Raises on failure, after recording
     it in status.json; the next call resumes from the last checkpoint. ``run_id`` names this
     run in batch receipts (default: one per process); ``export_prompts`` makes ``batch_api``
-    processors write their requests there instead of submitting them.
+    processors write their requests there instead of submitting them. ``retry_rows``: in a
+    published shard, compute again the rows that failed for a retryable reason (``row_retry``).
     """
     return asyncio.run(
         arun_shard(
@@ -129,6 +120,7 @@ def run_shard(
             processors=processors,
             force=force,
             reset_attempts=reset_attempts,
+            retry_rows=retry_rows,
             run_id=run_id,
             export_prompts=export_prompts,
         )
@@ -142,6 +134,7 @@ async def arun_shard(
     processors: Mapping[str, Processor] | None = None,
     force: bool = False,
     reset_attempts: bool = False,
+    retry_rows: bool = False,
     run_id: str | None = None,
     export_prompts: str | None = None,
 ) -> ShardReport:
@@ -162,7 +155,12 @@ async def arun_shard(
             fingerprint=fingerprint(config),
         )
         return await _arun_shard_locked(
-            config, context, processors=processors, force=force, reset_attempts=reset_attempts
+            config,
+            context,
+            processors=processors,
+            force=force,
+            reset_attempts=reset_attempts,
+            retry_rows=retry_rows,
         )
 
 
@@ -187,6 +185,7 @@ async def _arun_shard_locked(
     processors: Mapping[str, Processor] | None,
     force: bool,
     reset_attempts: bool,
+    retry_rows: bool,
 ) -> ShardReport:
     shard_id = context.shard_id
     lp = config.loading_params
@@ -206,15 +205,16 @@ async def _arun_shard_locked(
             _journal_path(out).unlink(missing_ok=True)
     if force or reset_attempts:
         status.data["attempts"] = 0
-    done = [out.finished() for out in outputs]
-    if status.data.get("status") == SUCCESS and all(done):
+    done = verified_finished(outputs, shards, fp, repair=reset_attempts)
+    retrying = retry_rows and any(c is not None and c.rows_retryable for c in done)
+    if status.data.get("status") == SUCCESS and all(done) and not retrying:
         report.skipped = True
         for ckpt in done:
             report.add(ckpt)  # type: ignore[arg-type]  # all() checked
         report.published = [str(out.published) for out in outputs]
         return report
 
-    if all(done):  # published, but status.json was lost: record it without building anything
+    if all(done) and not retrying:  # published, but status.json was lost: record it as is
         processors = {}
     async with _processors(config, processors, context) as procs:
         status.start(fp)
@@ -222,9 +222,12 @@ async def _arun_shard_locked(
         try:
             for shard, out, finished in zip(shards, outputs, done, strict=True):
                 if finished is None:
-                    finished = await _run_dataset(
-                        config, shard, offsets, out, fp, procs, status, report
-                    )
+                    await _run_dataset(config, shard, offsets, out, fp, procs, status, report)
+                elif retry_rows and finished.rows_retryable:
+                    worker = RowWorker(config, shard, offsets, procs, _journal(out, fp))
+                    rows = _group_rows(config, procs)
+                    report.add(await retry_failed_rows(worker, out, rows, report.notes))
+                    report.resumed_rows += finished.rows_done - finished.rows_retryable
                 else:
                     report.add(finished)
                 report.published.append(str(out.published))
@@ -306,52 +309,14 @@ def _stats(report: ShardReport) -> dict[str, Any]:
     }
 
 
-Item = Row | BadRow
-
-
-def _items(
-    shard: DatasetShard, ckpt: Checkpoint, on_bad_row: Any = "skip"
-) -> Iterator[tuple[int, Item]]:
-    """The shard's rows from the checkpoint's cursor on, unreadable rows in their place
-    (``on_bad_row="fail"``: the loader raises ``DataError`` at the first one instead)."""
-    bad: list[BadRow] = []
-    for index, r in enumerate(shard.ranges):
-        if index < ckpt.range_index:
-            continue
-        start = r.start
-        if index == ckpt.range_index and ckpt.next_row_id is not None:
-            start = ckpt.next_row_id
-        rows = shard.source.iter_rows(
-            start, r.stop, split=r.split, on_bad_row=on_bad_row, bad_rows=bad.append
-        )
-        for row in rows:
-            yield from ((index, b) for b in bad)  # reported before the row that follows them
-            bad.clear()
-            yield index, row
-        yield from ((index, b) for b in bad)
-        bad.clear()
-
-
-def source_offsets(sources: list[DatasetSource]) -> dict[tuple[int, str | None], int]:
-    """Where each (dataset, split) starts in the pipeline's global row order (config order):
-    ``offset + row_id`` is a row's ``source_index``, unique over every dataset and shard."""
-    offsets: dict[tuple[int, str | None], int] = {}
-    total = 0
-    for source in sources:
-        for split in source.splits:
-            offsets[(source.index, split)] = total
-            total += source.reader(split).num_rows
-    return offsets
-
-
-def _show_progress() -> bool:
-    """A progress bar (rows, failures, rows/s, ETA) when a person watches stderr; never in
-    logs, pipes or the children of a parallel run (their parent shows one status line)."""
-    return sys.stderr.isatty() and os.environ.get("MMIRAGE_PROGRESS", "1") != "0"
-
-
 def _journal_path(out: ShardOutput) -> Any:
     return out.part.with_name(out.part.name.removesuffix(".jsonl") + ".journal.jsonl")
+
+
+def _journal(out: ShardOutput, fp: str) -> ResultJournal:
+    journal = ResultJournal(_journal_path(out), fp)
+    journal.open()
+    return journal
 
 
 def _group_rows(config: MMirageConfig, procs: Mapping[str, Processor]) -> int:
@@ -370,18 +335,16 @@ async def _run_dataset(
     report: ShardReport,
 ) -> Checkpoint:
     group_rows = _group_rows(config, procs)
-    ckpt = out.open(fp)
+    ckpt = out.open(fp, locator(shard))
     if ckpt.rows_done:
         logger.info("shard %d: resuming %s after %d rows", shard.shard_id, out.part, ckpt.rows_done)
     report.resumed_rows += ckpt.rows_done
-    journal = ResultJournal(_journal_path(out), fp)
-    journal.open()
-    bar = ProgressBar(
+    journal = _journal(out, fp)
+    bar = RowProgress(
         shard.num_rows,
-        enabled=_show_progress(),
-        description=f"shard {shard.shard_id} · dataset {shard.dataset_index}",
-        completed=ckpt.rows_done,
-        failed=ckpt.rows_failed,
+        f"shard {shard.shard_id} · dataset {shard.dataset_index}",
+        ckpt.rows_done,
+        ckpt.rows_failed,
     )
     if ckpt.range_index < len(shard.ranges):
         # Where this dataset's unfinished rows start, globally: a processor may need to know
@@ -394,7 +357,7 @@ async def _run_dataset(
             resume_at = getattr(proc, "resume_at", None)
             if resume_at is not None:
                 resume_at(first)
-    worker = _BatchWorker(config, shard, offsets, procs, journal)
+    worker = RowWorker(config, shard, offsets, procs, journal, bar.count)
     # Two groups in flight: the next one is read and rendered while the current one's requests
     # are out, so request slots never idle during the CPU work between groups. (Concurrency
     # stays bounded: the processors share their connection pools.) Groups land in order.
@@ -409,28 +372,23 @@ async def _run_dataset(
         group, task = in_flight.popleft()
         records = await task
         out.append(records)
-        ckpt.rows_done += len(records)
         for rec in records:
-            if rec[ERRORS] is not None:
-                ckpt.rows_failed += 1
-                if report.first_row_error is None:
-                    where, why = next(iter(rec[ERRORS].items()))
-                    report.first_row_error = f"row {rec[ROW_KEY]} ({where}): {why}"
-            ckpt.input_tokens += rec[USAGE]["input_tokens"]
-            ckpt.output_tokens += rec[USAGE]["output_tokens"]
+            tally(ckpt, rec)
+            if rec[ERRORS] is not None and report.first_row_error is None:
+                where, why = next(iter(rec[ERRORS].items()))
+                report.first_row_error = f"row {rec[ROW_KEY]} ({where}): {why}"
         ckpt.range_index, last = group[-1][0], group[-1][1]
         ckpt.next_row_id = last.row_id + 1
         # fsync in a thread: the loop keeps reading (and journaling) answers meanwhile.
         await asyncio.to_thread(out.checkpoint, ckpt)
         journal.settle([rec[ROW_KEY] for rec in records])
-        bar.add(len(records), sum(rec[ERRORS] is not None for rec in records))
-        status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in _COUNTERS})
+        status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in COUNTERS})
         status.beat()
 
     group: list[tuple[int, Item]] = []
     try:
         bar.start()
-        for entry in _items(shard, ckpt, config.loading_params.on_bad_row):
+        for entry in rows_from(shard, ckpt, config.loading_params.on_bad_row):
             group.append(entry)
             if len(group) >= group_rows:
                 start(group)
@@ -455,161 +413,3 @@ async def _run_dataset(
         journal.close(remove=ckpt.complete)
     report.add(ckpt)
     return ckpt
-
-
-@dataclass
-class _RowWork:
-    index: int
-    key: str
-    source_index: int
-    row: dict[str, Any]
-    variables: dict[str, Any]
-    errors: dict[str, str] = field(default_factory=dict)
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class _BatchWorker:
-    """One dataset's per-group logic (extractor and renderer built once)."""
-
-    def __init__(
-        self,
-        config: MMirageConfig,
-        shard: DatasetShard,
-        offsets: Mapping[tuple[int, str | None], int],
-        procs: Mapping[str, Processor],
-        journal: ResultJournal,
-    ) -> None:
-        pp = config.processing_params
-        self.config = config
-        self.shard = shard
-        self.offsets = offsets
-        self.procs = procs
-        self.journal = journal
-        self.extractor = VariableExtractor.for_params(pp, shard.source.image_base_path)
-        self.image_names = [i.name for i in pp.inputs if i.type == "image"]
-        self.renderer = OutputRenderer(pp.output_schema, remove_columns=pp.remove_columns)
-        # The schema's batch_api variables: only their placeholders call for __vars__.
-        batch = {o.name for o in pp.outputs if o.type == "batch_api"}
-        self.batch_outputs = [n for n in self.renderer.variables if n in batch]
-
-    def _key(self, item: Item) -> str:
-        return f"{self.shard.dataset_index}:{item.split or ''}:{item.row_id}"
-
-    async def process(self, items: list[Item]) -> list[dict[str, Any]]:
-        records: list[dict[str, Any] | None] = [None] * len(items)
-        live: list[_RowWork] = []
-        for index, item in enumerate(items):
-            if isinstance(item, BadRow):
-                error = f"line {item.line} of {item.file} is not a valid row: {item.error}"
-                records[index] = self._failed(self._key(item), {}, {"__row__": error}, 0, 0)
-                continue
-            try:
-                variables = self.extractor.extract(item.data)
-            except RowError as exc:
-                records[index] = self._failed(self._key(item), item.data, {"__row__": str(exc)})
-                continue
-            source_index = self.offsets[(self.shard.dataset_index, item.split)] + item.row_id
-            live.append(_RowWork(index, self._key(item), source_index, item.data, variables))
-        for output in self.config.processing_params.outputs:
-            await self._output(output, [w for w in live if output.name not in w.errors])
-        for w in live:
-            if not w.errors or all(name in w.variables for name in w.errors):
-                try:
-                    rendered = self.renderer.render(w.variables, w.row)
-                except RowError as exc:
-                    w.errors["__schema__"] = str(exc)
-                else:
-                    records[w.index] = {**rendered, **self._meta(w)}
-                    continue
-            records[w.index] = self._failed(w.key, w.row, w.errors, w.input_tokens, w.output_tokens)
-        return [r for r in records if r is not None]
-
-    async def _output(self, output: OutputVar, work: list[_RowWork]) -> None:
-        """Compute one output for the rows still going (a row whose earlier output failed
-        without a fallback gets no later output: it would mostly depend on the failed one)."""
-        work = [w for w in work if all(name in w.variables for name in w.errors)]
-        template: str | None = getattr(output, "prompt", None)  # custom outputs have none
-        requests: list[OutputRequest] = []
-        sent: list[_RowWork] = []
-        for w in work:
-            journaled = self.journal.get(w.key, output.name)
-            if journaled is not None:  # paid for by an interrupted run
-                self._take(w, output.name, journaled)
-                continue
-            try:
-                prompt = None if template is None else render_prompt(template, w.variables)
-            except RowError as exc:
-                w.errors[output.name] = str(exc)
-                continue
-            images = image_urls(w.variables, self.image_names) if template is not None else []
-            requests.append(
-                OutputRequest(
-                    w.key, output.name, prompt, images, w.variables, w.row, w.source_index
-                )
-            )
-            sent.append(w)
-        if not requests:
-            return
-        proc = self.procs[processor_key(self.config.processor_for(output))]
-        journal = getattr(proc, "journal_results", True)  # the batch spool is its own journal
-        got = 0
-        async for index, result in _results(proc, output, requests):
-            w = sent[index]
-            if journal:
-                self.journal.add(w.key, output.name, result)
-            self._take(w, output.name, result)
-            got += 1
-        if got != len(requests):
-            raise RuntimeError(
-                f"the processor of output '{output.name}' answered {got} results for "
-                f"{len(requests)} requests"
-            )
-
-    @staticmethod
-    def _take(w: _RowWork, name: str, result: OutputResult) -> None:
-        w.input_tokens += result.input_tokens
-        w.output_tokens += result.output_tokens
-        if result.error is not None:
-            w.errors[name] = result.error
-        if result.error is None or result.fallback:
-            w.variables[name] = result.value
-
-    def _failed(
-        self,
-        key: str,
-        row: Mapping[str, Any],
-        errors: dict[str, str],
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-    ) -> dict[str, Any]:
-        base: dict[str, Any] = {} if self.renderer.remove_columns else dict(row)
-        base.update(dict.fromkeys(self.renderer.schema))
-        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
-        return {**base, ROW_KEY: key, ERRORS: errors, USAGE: usage}
-
-    def _meta(self, w: _RowWork) -> dict[str, Any]:
-        usage = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens}
-        meta: dict[str, Any] = {ROW_KEY: w.key, ERRORS: w.errors or None, USAGE: usage}
-        if any(is_placeholder(w.variables.get(n)) for n in self.batch_outputs):
-            meta[VARS] = {n: w.variables[n] for n in self.renderer.variables if n in w.variables}
-        return meta
-
-
-async def _results(
-    proc: Processor, output: Any, requests: list[OutputRequest]
-) -> AsyncIterator[tuple[int, OutputResult]]:
-    """``(index, result)`` pairs, as they arrive when the processor can stream them."""
-    stream = getattr(proc, "stream", None)
-    if stream is not None:
-        async for pair in stream(output, requests):
-            yield pair
-        return
-    results = await proc.process(output, requests)
-    if len(results) != len(requests):
-        raise RuntimeError(
-            f"the processor of output '{output.name}' answered {len(results)} results for "
-            f"{len(requests)} requests"
-        )
-    for pair in enumerate(results):
-        yield pair

@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mmirage.core.shard.disk import writing
+
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
@@ -50,7 +52,8 @@ SUCCESS, RUNNING, FAILED, STALE, EXHAUSTED, MISSING, UNKNOWN = (
 )
 
 
-COUNTERS = ("rows_done", "rows_failed", "input_tokens", "output_tokens")
+# rows_retryable: failed rows whose every failure a retry may fix (``mmirage retry`` reruns them)
+COUNTERS = ("rows_done", "rows_failed", "rows_retryable", "input_tokens", "output_tokens")
 
 
 class UnusableDirError(Exception):
@@ -81,11 +84,15 @@ def atomic_write_json(path: Path, data: Any) -> None:
     """Write ``path`` so that a reader sees the old or the new content, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a half-written copy would only take more space
+        raise
 
 
 _PATH_FIXES = {
@@ -326,7 +333,8 @@ class ShardStatus:
             return
         self._last_beat = time.monotonic()
         self.data["heartbeat"] = now_iso()
-        atomic_write_json(self.path, self.data)
+        with writing(self.path, "loading_params.state_dir"):
+            atomic_write_json(self.path, self.data)
 
     def finish(self, error: str | None, stats: Mapping[str, Any]) -> None:
         """Record the attempt's end. ``stats`` gives at least ``runtime_seconds``; the counters
@@ -341,7 +349,8 @@ class ShardStatus:
                 "stats": self._attempt_stats(stats),
             }
         )
-        atomic_write_json(self.path, self.data)
+        with writing(self.path, "loading_params.state_dir"):
+            atomic_write_json(self.path, self.data)
 
     def _attempt_stats(self, stats: Mapping[str, Any]) -> dict[str, Any]:
         counters = {k: int(self.data.get(k) or 0) for k in COUNTERS}

@@ -19,6 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mmirage.core.shard.output import ShardOutput
+from mmirage.core.shard.published import repair_hint
 from mmirage.core.writer.formats import (
     Format,
     FormatError,
@@ -90,8 +92,6 @@ def config_shards(
 ) -> tuple[list[ShardFile], list[int]]:
     """The published shards of one dataset of the config (in ``output_format`` when a shard
     exists in several), and the missing shard ids."""
-    from mmirage.core.shard.output import ShardOutput
-
     found: list[ShardFile] = []
     missing: list[int] = []
     for k in range(num_shards):
@@ -203,6 +203,10 @@ def merge_config(
     plans = []
     for ds, (name, base) in zip(lp.datasets, _output_bases(config, output_root), strict=True):
         shards, missing = config_shards(ds.output_dir, n, lp.output_format)
+        for shard in shards:  # merge reads every file anyway: the checksum costs one pass
+            out = ShardOutput(ds.output_dir, shard.shard_id, n, lp.output_format)
+            if (damage := out.damage(full=True)) is not None:
+                raise MergeError(f"{damage}; {repair_hint(shard.shard_id)}")
         if missing and not allow_partial:
             raise IncompleteShardsError(
                 name, missing, n, "run them with 'mmirage run CONFIG' (or --shard-id K)"
@@ -270,6 +274,14 @@ def _rate(num: float, den: float | None) -> float | None:
     return round(num / den, 3) if den else None
 
 
+def _tokens_unknown(entry: dict[str, Any]) -> None:
+    for counters in (entry, entry.get("stats"), *entry["published"]):
+        if isinstance(counters, dict):
+            for key in ("input_tokens", "output_tokens"):
+                if key in counters:
+                    counters[key] = None
+
+
 def stats_report(config: MMirageConfig) -> dict[str, Any]:
     """The original's ``{"per_shard": [...], "aggregate": {...}}`` from status.json files and
     the published shards. ``per_shard`` holds each status dict plus ``state`` (with stale and
@@ -280,6 +292,8 @@ def stats_report(config: MMirageConfig) -> dict[str, Any]:
 
     lp = config.loading_params
     n = lp.num_shards
+    # A batch_api output's tokens are known only to the merge of its results: null, not 0.
+    batch = any(p.type == "batch_api" for p in config.processors)
     per_shard: list[dict[str, Any]] = []
     for k in range(n):
         status = read_status(status_path(config, k))
@@ -293,6 +307,8 @@ def stats_report(config: MMirageConfig) -> dict[str, Any]:
                 {"output_dir": ds.output_dir, **(asdict(ckpt) if ckpt else {"complete": False})}
             )
         entry["published"] = published
+        if batch:
+            _tokens_unknown(entry)
         per_shard.append(entry)
 
     done = [e for e in per_shard if e["state"] == SUCCESS and isinstance(e.get("stats"), dict)]
@@ -326,11 +342,11 @@ def stats_report(config: MMirageConfig) -> dict[str, Any]:
         "overall_throughput_rows_per_sec": _rate(rows, sum_runtime),
         "mean_gpu_util_pct": None,
         "num_gpus": None,
-        "total_input_tokens": total("input_tokens"),
-        "total_output_tokens": out_tokens,
+        "total_input_tokens": None if batch else total("input_tokens"),
+        "total_output_tokens": None if batch else out_tokens,
         "sum_model_load_seconds": None,
         "sum_inference_runtime_seconds": sum_runtime,
-        "output_tokens_per_sec": _rate(out_tokens, sum_runtime),
+        "output_tokens_per_sec": None if batch else _rate(out_tokens, sum_runtime),
         "tokens_per_sec_per_gpu": None,
         "gpu_days_per_billion_tokens": None,
     }

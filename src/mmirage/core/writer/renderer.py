@@ -12,12 +12,15 @@ Rules (the original's weak points fixed, see reference §3.7 and §7.6):
   ``__BATCH_SUBMITTED__:<custom_id>``) is pending too: its value is that placeholder. Rendering is
   a pure function of the schema and the variables, so ``merge`` substitutes the real values
   (``fill_placeholders``) and renders again to get the same row as a live run.
+* A failed row is rendered with ``unavailable`` naming the outputs it has no value for: a leaf
+  that reads one of them is ``None``, every other leaf renders as in a good row, so a failed
+  row keeps the fields that only use its inputs (``render_partial``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -141,6 +144,23 @@ class OutputRenderer:
             out[key] = _render(node, variables, f"output_schema.{key}")
         return out
 
+    def render_partial(
+        self,
+        variables: Mapping[str, Any],
+        row: Mapping[str, Any] | None,
+        unavailable: Collection[str],
+    ) -> tuple[dict[str, Any], str | None]:
+        """A failed row: every leaf that reads an ``unavailable`` name, or that cannot be
+        rendered, is ``None``; the rest renders as ``render`` would. Also returns the first
+        leaf's rendering error (for ``__schema__``), or ``None``."""
+        out: dict[str, Any] = {} if self.remove_columns or row is None else dict(row)
+        errors: list[str] = []
+        for key, node in self._tree.items():
+            out[key] = _render_partial(
+                node, variables, f"output_schema.{key}", frozenset(unavailable), errors
+            )
+        return out, (errors[0] if errors else None)
+
 
 def render_row(
     output_schema: Mapping[str, Any],
@@ -156,6 +176,24 @@ def render_row(
 def render_value(tree: Any, variables: Mapping[str, Any], where: str = "output_schema") -> Any:
     """Render any schema subtree (a string, dict, list or constant)."""
     return _render(_compile(tree), variables, where)
+
+
+def render_failed_columns(
+    schema: Mapping[str, Any],
+    row: dict[str, Any],
+    variables: Mapping[str, Any],
+    unavailable: Collection[str],
+) -> str | None:
+    """Merge's half of ``render_partial``: render again, in place, the columns of ``row``
+    that still hold a placeholder, ``None`` where they read an ``unavailable`` output. Returns
+    the first rendering error, or ``None``."""
+    errors: list[str] = []
+    missing = frozenset(unavailable)
+    for key, tree in schema.items():
+        if find_placeholders(row.get(key)):
+            where = f"output_schema.{key}"
+            row[key] = _render_partial(_compile(tree), variables, where, missing, errors)
+    return errors[0] if errors else None
 
 
 def _compile(tree: Any) -> Any:
@@ -181,6 +219,32 @@ def _render(node: Any, variables: Mapping[str, Any], where: str) -> Any:
     if isinstance(node, list):
         return [_render(v, variables, f"{where}[{i}]") for i, v in enumerate(node)]
     return node
+
+
+def _render_partial(
+    node: Any,
+    variables: Mapping[str, Any],
+    where: str,
+    unavailable: frozenset[str],
+    errors: list[str],
+) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: _render_partial(v, variables, f"{where}.{k}", unavailable, errors)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [
+            _render_partial(v, variables, f"{where}[{i}]", unavailable, errors)
+            for i, v in enumerate(node)
+        ]
+    if isinstance(node, _Ref | _Text) and not unavailable.isdisjoint(node.names):
+        return None
+    try:
+        return _render(node, variables, where)
+    except RowError as exc:
+        errors.append(str(exc))
+        return None
 
 
 def _pending(names: Iterable[str], variables: Mapping[str, Any]) -> str | None:

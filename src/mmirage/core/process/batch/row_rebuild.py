@@ -20,7 +20,13 @@ from mmirage.core.process.batch.payload import custom_id_for
 from mmirage.core.process.batch.receipts import MODALITIES
 from mmirage.core.process.batch.results_store import SUCCEEDED, Outcome
 from mmirage.core.process.variables import RowError
-from mmirage.core.writer.renderer import PLACEHOLDER_PREFIX, find_placeholders, render_value
+from mmirage.core.writer.renderer import (
+    PLACEHOLDER_PREFIX,
+    find_placeholders,
+    is_placeholder,
+    render_failed_columns,
+    render_value,
+)
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -122,10 +128,11 @@ class RowBuilder:
                 filled[name] = usable
             else:
                 errors[name] = usable
-        if len(errors) == len(earlier):  # nothing new failed (earlier errors had fallbacks)
+        unavailable = [n for n in errors if n not in filled or is_placeholder(filled[n])]
+        if not unavailable:  # nothing failed without a fallback
             self._render(row, filled, errors)
-        else:
-            row.update(dict.fromkeys(self.schema))
+        elif (problem := render_failed_columns(self.schema, row, filled, unavailable)) is not None:
+            errors.setdefault("__schema__", problem)
         row[ERRORS] = errors or None
         self._add_usage(row, tokens)
         totals.rows_with_errors += bool(errors)

@@ -1,0 +1,58 @@
+"""A shard's state as ``mmirage check`` and ``mmirage retry`` see it.
+
+Its status.json state (``shard_state``), then two things status.json alone does not say: a
+succeeded shard whose published file lost rows or changed is ``damaged``; one whose
+published rows include rows that failed for a retryable reason (a rate limit, a server
+error, a timeout) is ``partial``: ``mmirage retry`` computes just those rows again. Rows that
+failed for good (a bad row, a refused request) leave the shard ``success``: no retry can
+change them, so they are reported, never counted against the shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mmirage.core.shard.published import DAMAGED, shard_damage
+from mmirage.core.shard.state import SUCCESS, read_status, shard_state, status_path
+
+if TYPE_CHECKING:
+    from mmirage.config.models import MMirageConfig
+
+PARTIAL = "partial"  # succeeded, but some rows failed for a retryable reason
+
+
+@dataclass
+class ShardHealth:
+    state: str
+    status: dict[str, Any]  # status.json (``error`` set to the damage, when damaged)
+    notes: list[str] = field(default_factory=list)  # one sentence each: what is wrong, what to do
+
+
+def shard_health(config: MMirageConfig, shard_id: int, config_path: object) -> ShardHealth:
+    """The state of shard ``shard_id``; ``config_path`` is named in the notes' commands."""
+    raw = read_status(status_path(config, shard_id))
+    health = ShardHealth(shard_state(raw, config.execution_params.max_retries), dict(raw or {}))
+    if health.state != SUCCESS:
+        return health
+    damage = shard_damage(config, shard_id)
+    if damage is not None:
+        health.state, health.status["error"] = DAMAGED, damage
+        health.notes.append(f"shard {shard_id}: {damage}")
+        return health
+    retryable = int(health.status.get("rows_retryable") or 0)
+    for_good = int(health.status.get("rows_failed") or 0) - retryable
+    if retryable:
+        health.state = PARTIAL
+        health.notes.append(
+            f"shard {shard_id}: {retryable} row(s) failed for a retryable reason (rate limit, "
+            f"server error, timeout); 'mmirage retry {config_path}' computes just those rows "
+            "again, reusing the outputs they already got"
+        )
+    if for_good > 0:
+        health.notes.append(
+            f"shard {shard_id}: {for_good} row(s) failed for a reason a retry cannot fix (a bad "
+            "row, a refused request: see their __errors__); fix the input or the configuration "
+            "to compute them again"
+        )
+    return health

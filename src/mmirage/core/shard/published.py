@@ -1,0 +1,56 @@
+"""Before a shard counts as done: its published files must still be what was published."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mmirage.core.loader import DatasetShard
+from mmirage.core.shard.output import Checkpoint, ShardOutput
+from mmirage.core.shard.recovery import locator
+from mmirage.core.shard.state import ShardConflictError
+
+if TYPE_CHECKING:
+    from mmirage.config.models import MMirageConfig
+
+DAMAGED = "damaged"  # a shard state for `check`: success recorded, but a published file is not
+
+
+class ShardDamagedError(ShardConflictError):
+    """A published shard file lost rows or changed since it was published; ``str(err)``
+    names the file and what to do."""
+
+
+def repair_hint(shard_id: int) -> str:
+    return (
+        f"run 'mmirage run CONFIG --shard-id {shard_id} --force-retry' to keep its readable "
+        "rows and compute the missing ones again"
+    )
+
+
+def shard_damage(config: MMirageConfig, shard_id: int, *, full: bool = False) -> str | None:
+    """The first damaged published file of shard ``shard_id`` (one sentence with what to
+    do), or ``None``. ``full`` also compares checksums (a whole read of each file)."""
+    lp = config.loading_params
+    for ds in lp.datasets:
+        out = ShardOutput(ds.output_dir, shard_id, lp.num_shards, lp.output_format)
+        problem = out.damage(full=full)
+        if problem is not None:
+            return f"{problem}; {repair_hint(shard_id)}"
+    return None
+
+
+def verified_finished(
+    outputs: list[ShardOutput], shards: list[DatasetShard], fp: str, *, repair: bool
+) -> list[Checkpoint | None]:
+    """``out.finished()`` per dataset, after checking each published shard. A damaged one is
+    salvaged (its readable rows kept, the rest to be computed again) when ``repair``, else
+    ``ShardDamagedError``."""
+    done: list[Checkpoint | None] = []
+    for out, shard in zip(outputs, shards, strict=True):
+        problem = out.damage()
+        if problem is not None:
+            if not repair:
+                raise ShardDamagedError(f"{problem}; {repair_hint(shard.shard_id)}")
+            out.salvage(fp, locator(shard))
+        done.append(out.finished())
+    return done
