@@ -2,8 +2,9 @@
 (``local_parallel_shards: 8``), same rows, same emulator; and ``mmirage check`` on a
 1,000-task array (target <= 2 s: one squeue call for the whole array).
 
-Needs the dev cluster: ``eval "$(scripts/slurm-dev-cluster.sh up)"`` (root; it installs
-Debian's slurm-wlm packages when missing). Runs alternate (local, slurm, ...); medians compared.
+Brings up the dev cluster (scripts/slurm-dev-cluster.sh: root; it installs Debian's slurm-wlm
+packages when missing) unless SLURM_CONF is set. Runs alternate (local, slurm, ...); medians
+compared.
 """
 
 from __future__ import annotations
@@ -82,8 +83,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--array", type=int, default=1_000)
     args = parser.parse_args()
-    if shutil.which("sbatch") is None or not os.environ.get("SLURM_CONF"):
-        raise SystemExit('start the dev cluster first: eval "$(scripts/slurm-dev-cluster.sh up)"')
+    if not os.environ.get("SLURM_CONF"):
+        up = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "slurm-dev-cluster.sh"), "up"],
+            capture_output=True,
+            text=True,
+        )
+        if up.returncode != 0:
+            raise SystemExit(f"no SLURM dev cluster here: {up.stderr.strip()}")
+        os.environ["SLURM_CONF"] = up.stdout.strip().rsplit("=", 1)[-1]
     env = {**os.environ, "OPENAI_API_KEY": "sk-bench"}
     walls: dict[str, list[float]] = {"local": [], "slurm": []}
     with (
