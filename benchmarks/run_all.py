@@ -17,6 +17,7 @@ SCRIPTS = [
     "pipeline_memory.py",
     "cli_startup.py",
     "mmirage_batch.py",
+    "slurm_overhead.py",
 ]
 
 if __name__ == "__main__":

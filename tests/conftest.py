@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,3 +24,27 @@ def _no_real_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never see the developer's real keys."""
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
         monkeypatch.delenv(name, raising=False)
+
+
+CLUSTER_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "slurm-dev-cluster.sh"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[None]:
+    """The real single-node SLURM of scripts/slurm-dev-cluster.sh, up for the whole session
+    (it installs Debian's packages when missing, as root). Skipped where it cannot run, except
+    in CI, where the SLURM tests must run."""
+    up = subprocess.run(["bash", str(CLUSTER_SCRIPT), "up"], capture_output=True, text=True)
+    if up.returncode != 0:
+        message = f"no SLURM dev cluster: {up.stderr.strip()[-500:]}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    conf = up.stdout.strip().rsplit("=", 1)[-1]
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf
+    yield
+    if previous is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = previous

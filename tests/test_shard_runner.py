@@ -373,7 +373,7 @@ def test_cli_retries_exactly_max_retries(
 
     monkeypatch.setattr(shard_pkg, "run_shard", with_fake)
     monkeypatch.setattr(run_cli, "_load", lambda path: config)
-    monkeypatch.setattr(run_cli, "_sigterm_as_exit", lambda: None)
+    monkeypatch.setattr(run_cli, "_sigterm_as_exit", lambda *grace: None)
     result = CliRunner().invoke(main, ["run", "ignored.yaml"])
     assert result.exit_code == 1 and message in result.output, result.output
     assert (read_status(status_path(config, 0)) or {})["attempts"] == attempts

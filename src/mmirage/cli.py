@@ -177,8 +177,9 @@ def _register_subcommands() -> None:
     from mmirage.job_cli import job
     from mmirage.merge_cli import COMMANDS as MERGE_COMMANDS
     from mmirage.run_cli import COMMANDS as RUN_COMMANDS
+    from mmirage.slurm_cli import COMMANDS as SLURM_COMMANDS
 
-    for command in (job, *RUN_COMMANDS, *MERGE_COMMANDS):
+    for command in (job, *RUN_COMMANDS, *MERGE_COMMANDS, *SLURM_COMMANDS):
         main.add_command(command)
 
 

@@ -15,17 +15,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mmirage.run_cli import (
-    _config_params,
-    _config_path,
-    _fail,
-    _load,
-    _os_failure,
-    _user_errors_exit_2,
+from mmirage.cli_support import (
+    config_params,
+    config_path,
+    fail,
     has_batch_api,
+    load,
+    os_failure,
+    user_errors_exit_2,
 )
 
 if TYPE_CHECKING:
+    from mmirage.config.models import MMirageConfig
     from mmirage.core.writer.merge import MergeResult
 
 _FORMAT = click.Choice(["hf", "jsonl", "parquet"], case_sensitive=False)
@@ -55,8 +56,26 @@ def _report(results: list[MergeResult]) -> None:
         )
 
 
+def merge_after_run(cfg: MMirageConfig) -> None:
+    """What ``mmirage merge CONFIG`` does, with its exit codes."""
+    from mmirage.core.writer.merge import MergeError, merge_config
+
+    try:
+        with user_errors_exit_2():
+            results = merge_config(cfg)
+    except MergeError as exc:
+        fail(str(exc), 1)
+    except OSError as exc:
+        os_failure(exc, "merge output")
+    for result in results:
+        click.echo(
+            f"merged {result.rows} rows ({result.rows_failed} failed) into {result.output}",
+            err=True,
+        )
+
+
 @click.command("merge")
-@_config_params
+@config_params
 @click.option(
     "--output-root",
     "--output-dir",
@@ -98,16 +117,16 @@ def merge(
     """
     from mmirage.core.writer.merge import MergeError, merge_config
 
-    with _user_errors_exit_2():
-        cfg = _load(_config_path(config, config_option))
+    with user_errors_exit_2():
+        cfg = load(config_path(config, config_option))
     if has_batch_api(cfg):
         if output_path is None:
-            _fail("this config has a batch_api processor: give --output-path FILE.jsonl", 2)
+            fail("this config has a batch_api processor: give --output-path FILE.jsonl", 2)
         from mmirage.batch_cli import batch_merge
 
         sys.exit(batch_merge(cfg, output_path, metadata_paths, wait))
     if output_path is not None or metadata_paths or wait:
-        _fail("--output-path, --metadata-path and --wait apply to batch_api configs only", 2)
+        fail("--output-path, --metadata-path and --wait apply to batch_api configs only", 2)
     try:
         results = merge_config(
             cfg,
@@ -116,9 +135,9 @@ def merge(
             allow_partial=allow_partial,
         )
     except MergeError as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     except OSError as exc:
-        _os_failure(exc, "--output-root" if output_root else "merge output")
+        os_failure(exc, "--output-root" if output_root else "merge output")
     _report(results)
 
 
@@ -156,20 +175,20 @@ def merge_dir_command(
     try:
         results = merge_dir(source, output, fmt.lower(), allow_partial)  # type: ignore[arg-type]
     except MergeError as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     except OSError as exc:
-        _os_failure(exc, "--output" if output else "merge output")
+        os_failure(exc, "--output" if output else "merge output")
     _report(results)
 
 
 @click.command("stats")
-@_config_params
+@config_params
 def stats(config: Path | None, config_option: Path | None) -> None:
     """Print the shards' statistics as JSON: per shard, then aggregated."""
     from mmirage.core.writer.merge import stats_report
 
-    with _user_errors_exit_2():
-        cfg = _load(_config_path(config, config_option))
+    with user_errors_exit_2():
+        cfg = load(config_path(config, config_option))
     click.echo(json.dumps(stats_report(cfg), indent=2, default=str))
 
 

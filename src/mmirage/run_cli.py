@@ -15,7 +15,6 @@ the children, which record "interrupted" and resume later from their checkpoints
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -24,118 +23,38 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any
 
 import click
+
+from mmirage.cli_support import config_params as _config_params
+from mmirage.cli_support import config_path as _config_path
+from mmirage.cli_support import debug as _debug
+from mmirage.cli_support import fail as _fail
+from mmirage.cli_support import has_batch_api
+from mmirage.cli_support import load as _load
+from mmirage.cli_support import print_table as _print_table
+from mmirage.cli_support import user_errors_exit_2 as _user_errors_exit_2
+from mmirage.merge_cli import merge_after_run
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
     from mmirage.core.shard.runner import ShardReport
 
-CONFIG_FILE = click.Path(dir_okay=False, path_type=Path)
 PARENT_PID_ENV = "MMIRAGE_PARENT_PID"  # set for a child shard process: die with that parent
 STOP_GRACE_S = 30.0  # how long stopped children get to record "interrupted" before SIGKILL
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from llm_kit.errors import ConfigError as KitConfigError  # missing API key, bad options
-    from mmirage.config.errors import ConfigError
-    from mmirage.core.loader import DataError
-    from mmirage.core.process.batch.adapter import MissingCredentialsError
-    from mmirage.core.process.batch.registry import UnknownBatchAdapterError
-    from mmirage.core.process.batch.spool import OversizedRequestError
-    from mmirage.core.shard.state import UnusableDirError
-
-    return (
-        ConfigError,
-        DataError,
-        UnusableDirError,
-        KitConfigError,
-        MissingCredentialsError,
-        UnknownBatchAdapterError,
-        OversizedRequestError,
-    )
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
-def _debug() -> bool:
-    return logging.getLogger().isEnabledFor(logging.DEBUG)
-
-
-@contextmanager
-def _user_errors_exit_2() -> Iterator[None]:
-    """A user's error becomes one sentence and exit 2 (with a traceback at DEBUG)."""
-    try:
-        yield
-    except Exception as exc:
-        if not isinstance(exc, _user_errors()):
-            raise
-        if _debug():
-            logging.getLogger(__name__).exception("the traceback (--log-level DEBUG)")
-        _fail(str(exc), 2)
-
-
-def _os_failure(exc: OSError, field: str) -> NoReturn:
-    """A path the user must fix exits 2 naming it (``field``: the option that chose it); any
-    other OS error (disk full, I/O) is a failed merge, exit 1."""
-    from mmirage.core.shard.state import is_path_problem, unusable_dir
-
-    if is_path_problem(exc):
-        _fail(str(unusable_dir(exc, Path(exc.filename or "."), field)), 2)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        where = exc.filename or f"the {field}"
-        _fail(
-            f"no space left on the device of {where}; free space there or choose another {field}", 1
-        )
-    _fail(str(exc), 1)
-
-
-def _config_path(argument: Path | None, option: Path | None) -> Path:
-    command = click.get_current_context().command_path
-    if argument and option and argument != option:
-        raise click.UsageError(
-            f"two configuration files ({argument} and --config {option}): give one"
-        )
-    path = argument or option
-    if path is None:
-        raise click.UsageError(
-            f"give the configuration file: {command} CONFIG (or {command} --config CONFIG)"
-        )
-    return path
-
-
-def _load(path: Path) -> MMirageConfig:
-    from mmirage.config import load_mmirage_config
-
-    return load_mmirage_config(path)
-
-
-def _config_params(command: Callable[..., Any]) -> Callable[..., Any]:
-    # `--config PATH` is the original's spelling, kept so its scripts run unchanged.
-    command = click.argument("config", type=CONFIG_FILE, required=False)(command)
-    return click.option(
-        "--config",
-        "config_option",
-        type=CONFIG_FILE,
-        default=None,
-        metavar="CONFIG",
-        help="The pipeline's YAML file, as an option instead of the CONFIG argument.",
-    )(command)
-
-
-def _sigterm_as_exit() -> None:
+def _sigterm_as_exit(grace_s: float = 0.0) -> None:
     """SIGTERM (SLURM, kill, a stopped parent) unwinds like Ctrl-C, so the shard records
-    "failed", not "running". Only the first one: a second SIGTERM (a child can get one from
-    its dying parent and one from whoever stops it) would cut short the cleanup that records
-    the shard's state."""
+    "failed" (or "time limit", near a SLURM task's deadline), not "running". Only the first
+    one: a second SIGTERM (a child can get one from its dying parent and one from whoever
+    stops it) would cut short the cleanup that records the shard's state."""
+    from mmirage.core.shard.stop import note, stop_reason
+
     unwinding = False
 
     def handler(signum: int, frame: object) -> None:
@@ -143,6 +62,7 @@ def _sigterm_as_exit() -> None:
         if unwinding:
             return
         unwinding = True
+        note(stop_reason(signum, grace_s))
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
@@ -596,17 +516,19 @@ def run(
         _fail(f"--shard-id {shard_id} is out of range: num_shards is {lp.num_shards}", 2)
     chosen = shard_id if shard_id is not None else lp.shard_id
     shards = [chosen] if chosen is not None else list(range(lp.num_shards))
-    if ep.mode == "slurm" and shard_id is None and export_prompts is None:
-        click.echo(
-            "warning: mode: slurm — this build has no SLURM executor yet; running the shards "
-            "here (a SLURM array task would run 'mmirage run CONFIG --shard-id K')",
-            err=True,
-        )
     batch = has_batch_api(cfg)
+    if ep.mode == "slurm" and shard_id is None and export_prompts is None:
+        # The shards run as SLURM array tasks, each `mmirage run CONFIG --shard-id K` (here).
+        from mmirage.slurm_cli import run_on_slurm
+
+        if wait and batch and output_path is None:
+            _fail("--wait with a batch_api processor needs --output-path FILE.jsonl", 2)
+        follow = wait or ep.retry or ep.merge or force_retry
+        sys.exit(run_on_slurm(cfg, path, follow=follow, batch_output=output_path))
     if wait and (not batch or output_path is None):
         _fail("--wait needs a batch_api processor and --output-path FILE.jsonl", 2)
     _share_run_id()
-    _sigterm_as_exit()
+    _sigterm_as_exit(ep.signal_grace_seconds)
     _die_with_parent()
     plan = RunPlan(
         retry=ep.retry or force_retry,
@@ -634,12 +556,7 @@ def run(
     _conclude(outcomes, stats)
     if ep.merge and len(shards) == lp.num_shards and not batch:
         # The whole pipeline ran here: merge it, as `mmirage merge CONFIG` would.
-        _merge_after_run(cfg)
-
-
-def has_batch_api(cfg: MMirageConfig) -> bool:
-    """Batch mode: check, merge and retry follow provider batches instead of shards."""
-    return any(p.type == "batch_api" for p in cfg.processors)
+        merge_after_run(cfg)
 
 
 def _share_run_id() -> None:
@@ -673,29 +590,11 @@ def _export_prompts(
     return outcomes
 
 
-def _merge_after_run(cfg: MMirageConfig) -> None:
-    """What ``mmirage merge CONFIG`` does, with its exit codes."""
-    from mmirage.core.writer.merge import MergeError, merge_config
-
-    try:
-        with _user_errors_exit_2():
-            results = merge_config(cfg)
-    except MergeError as exc:
-        _fail(str(exc), 1)
-    except OSError as exc:
-        _os_failure(exc, "merge output")
-    for result in results:
-        click.echo(
-            f"merged {result.rows} rows ({result.rows_failed} failed) into {result.output}",
-            err=True,
-        )
-
-
 @click.command("retry")
 @_config_params
 @click.option("--shard-id", type=click.IntRange(min=0), default=None, help="Retry only this shard.")
 @click.option("--stats", is_flag=True, help="Add the retried shards' statistics to the JSON.")
-@click.option("-y", "--yes", is_flag=True, hidden=True, help="Accepted for compatibility.")
+@click.option("-y", "--yes", is_flag=True, help="slurm mode: resubmit without asking.")
 @click.option(
     "--only-retryable",
     is_flag=True,
@@ -727,6 +626,10 @@ def retry(
     n = cfg.loading_params.num_shards
     if shard_id is not None and shard_id >= n:
         _fail(f"--shard-id {shard_id} is out of range: num_shards is {n}", 2)
+    if cfg.execution_params.mode == "slurm" and shard_id is None:
+        from mmirage.slurm_cli import retry_on_slurm
+
+        sys.exit(retry_on_slurm(cfg, path, yes, only_retryable))
     states = _states(cfg, path)
     chosen = [shard_id] if shard_id is not None else list(range(n))
     todo = [k for k in chosen if states[k] in (FAILED, STALE, MISSING, UNKNOWN, PARTIAL)]
@@ -735,7 +638,7 @@ def retry(
             click.echo(
                 f"shard {k}/{n}: out of retries; 'mmirage run --force-retry' resets", err=True
             )
-    _sigterm_as_exit()
+    _sigterm_as_exit(cfg.execution_params.signal_grace_seconds)
     _die_with_parent()
     outcomes: list[ShardOutcome] = []
     if todo:
@@ -812,13 +715,6 @@ def _check_row(shard_id: int, state: str, status: Mapping[str, Any], budget: int
     ]
 
 
-def _print_table(lines: list[list[str]]) -> None:
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
-    for line in lines:
-        padded = [v.ljust(w) for v, w in zip(line, widths, strict=False)]
-        click.echo("  ".join([*padded, line[-1]]).rstrip())
-
-
 @click.command("check")
 @_config_params
 @click.option(
@@ -828,6 +724,10 @@ def _print_table(lines: list[list[str]]) -> None:
     help="batch_api configs: a receipt file to check (repeatable) [default: the config's].",
 )
 @click.option("--wait", is_flag=True, help="batch_api configs: poll until every batch has ended.")
+@click.option(
+    "--retry", "retry_failed", is_flag=True, help="slurm mode: resubmit failed and dead shards."
+)
+@click.option("-y", "--yes", is_flag=True, help="slurm mode: with --retry, do not ask.")
 @click.option(
     "--poll-interval",
     type=click.FloatRange(min=0.1),
@@ -839,6 +739,8 @@ def check(
     config_option: Path | None,
     metadata_paths: tuple[str, ...],
     wait: bool,
+    retry_failed: bool,
+    yes: bool,
     poll_interval: float | None,
 ) -> None:
     """Show every shard's state as a table, then a summary; exit 0 only when all succeeded.
@@ -847,6 +749,10 @@ def check(
     old, or whose process is gone, is "stale" and will be rerun by 'mmirage retry'; a finished
     shard with rows that failed for a retryable reason is "partial" (exit 1): 'mmirage retry'
     computes just those rows again. Rows that failed for good are reported, exit 0.
+
+    In slurm mode each shard's latest SLURM task too (job, state, elapsed, log; one squeue
+    call), a task that died without recording it shown as such; --retry [-y] resubmits the
+    failed and dead shards as one array.
 
     With a batch_api processor: the provider status of every submitted batch instead, then
     the summary per provider; exit 1 only when a batch failed at the provider.
@@ -863,6 +769,12 @@ def check(
         sys.exit(batch_check(cfg, path, metadata_paths, wait, poll_interval))
     if metadata_paths or wait or poll_interval is not None:
         _fail("--metadata-path, --wait and --poll-interval apply to batch_api configs only", 2)
+    if cfg.execution_params.mode == "slurm":
+        from mmirage.slurm_cli import check_on_slurm
+
+        sys.exit(check_on_slurm(cfg, path, retry_failed, yes))
+    if retry_failed:
+        _fail("--retry resubmits SLURM tasks (mode: slurm); here run 'mmirage retry CONFIG'", 2)
     n, max_retries = cfg.loading_params.num_shards, cfg.execution_params.max_retries
     lines = [list(_CHECK_HEADER)]
     counts: dict[str, int] = {}

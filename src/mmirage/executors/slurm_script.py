@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mmirage.config.execution import ExecutionParams
+from mmirage.core.shard.stop import DEADLINE_ENV, slurm_seconds
 
 # The task records "time limit" on this signal (see ``signal_grace_seconds``).
 TIME_LIMIT_SIGNAL = "TERM"
@@ -113,6 +114,8 @@ def render_job_script(ep: ExecutionParams, spec: JobSpec) -> str:
         "set -eo pipefail",  # no -u: module and venv activate scripts read unset variables
         *ep.setup,
         f"export HF_HOME={shlex.quote(ep.hf_home)}",
+        # When SLURM ends the task: its SIGTERM near then is recorded as "time limit".
+        f"export {DEADLINE_ENV}=$(( $(date +%s) + {slurm_seconds(ep.time_limit)} ))",
         task_command(ep, spec),
     ]
     return "\n".join(lines) + "\n"

@@ -16,4 +16,5 @@
 #SBATCH --requeue
 set -eo pipefail
 export HF_HOME=/h
+export MMIRAGE_SLURM_DEADLINE=$(( $(date +%s) + 43199 ))
 exec /opt/venv/bin/python -m mmirage --log-level WARNING run /data/pipelines/caption.yaml --shard-id "$SLURM_ARRAY_TASK_ID"

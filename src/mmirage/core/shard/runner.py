@@ -61,6 +61,7 @@ from mmirage.core.shard.state import (
     shard_lock,
     status_path,
 )
+from mmirage.core.shard.stop import interruption
 from mmirage.core.shard.tally import tally
 
 if TYPE_CHECKING:
@@ -236,7 +237,7 @@ async def _arun_shard_locked(
                 out.close()
             report.runtime_seconds = time.monotonic() - started
             interrupted = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit)
-            error = "interrupted" if interrupted else f"{type(exc).__name__}: {exc}"
+            error = interruption() if interrupted else f"{type(exc).__name__}: {exc}"
             status.finish(error, _stats(report))
             raise
         finally:
