@@ -55,6 +55,7 @@ def submit_shards(
     client: SlurmClient,
     *,
     id_on_stdout: bool = True,
+    command: str = "run",
 ) -> Submission:
     """One sbatch array for ``shard_ids``; its job id alone on stdout (``JOB=$(mmirage run
     c.yaml)``), the rest on stderr."""
@@ -62,7 +63,7 @@ def submit_shards(
     from mmirage.executors.slurm_client import SlurmRejectedError, SlurmUnavailableError
 
     try:
-        record = submit(cfg, path, shard_ids, client, log_level=_log_level())
+        record = submit(cfg, path, shard_ids, client, log_level=_log_level(), command=command)
     except SlurmRejectedError as exc:
         fail(str(exc), 2)
     except SlurmUnavailableError as exc:
@@ -77,12 +78,12 @@ def submit_shards(
     return record
 
 
-def views_or_exit(cfg: MMirageConfig, client: SlurmClient) -> list[ShardView]:
+def views_or_exit(cfg: MMirageConfig, path: Path, client: SlurmClient) -> list[ShardView]:
     from mmirage.executors.slurm import shard_views
     from mmirage.executors.slurm_client import SlurmUnavailableError
 
     try:
-        return shard_views(cfg, client)
+        return shard_views(cfg, path, client)
     except SlurmUnavailableError as exc:
         fail(str(exc), 1)
 
@@ -100,7 +101,7 @@ def run_on_slurm(
     from mmirage.executors.slurm import unfinished
 
     client = client_or_exit()
-    views = views_or_exit(cfg, client)
+    views = views_or_exit(cfg, path, client)
     wanted = set(range(cfg.loading_params.num_shards) if shard_ids is None else shard_ids)
     todo = [k for k in unfinished(views) if k in wanted]
     skipped = sorted(wanted - set(todo))
@@ -132,7 +133,7 @@ def follow_pipeline(
     from mmirage.executors.slurm_client import SlurmUnavailableError
 
     ep = cfg.execution_params
-    views = views_or_exit(cfg, client)
+    views = views_or_exit(cfg, path, client)
     jobs = sorted(set(jobs) | set(_queued_jobs(views, wanted)))
     resubmits = 0
     while True:
@@ -146,14 +147,14 @@ def follow_pipeline(
             )
         except SlurmUnavailableError as exc:
             fail(str(exc), 1)
-        views = views_or_exit(cfg, client)
+        views = views_or_exit(cfg, path, client)
         bad = [v for v in views if v.shard_id in wanted and v.state != "success"]
         again = [v.shard_id for v in bad if v.retryable and v.state != "exhausted"]
         if not bad or not ep.retry or not again or resubmits >= ep.max_retries:
             break
         resubmits += 1
         click.echo(f"resubmitting shard(s) {again} (round {resubmits}/{ep.max_retries})", err=True)
-        jobs = [submit_shards(cfg, path, again, client).job_id]
+        jobs = [submit_shards(cfg, path, again, client, command="retry").job_id]
     if bad:
         for view in bad:
             click.echo(f"shard {view.shard_id}: {describe(view)}", err=True)
@@ -195,10 +196,10 @@ def describe(view: ShardView) -> str:
     return "; ".join(parts)
 
 
-def check_table(cfg: MMirageConfig) -> tuple[list[list[str]], list[ShardView]]:
+def check_table(cfg: MMirageConfig, path: Path) -> tuple[list[list[str]], list[ShardView]]:
     """The rows of ``check``'s table in slurm mode (one squeue call for every task)."""
     client = client_or_exit()
-    views = views_or_exit(cfg, client)
+    views = views_or_exit(cfg, path, client)
     budget = cfg.execution_params.max_retries + 1
     lines = [["SHARD", "STATUS", "ATTEMPTS", "ROWS", "FAILED", "JOB", "SLURM", "ELAPSED", "LOG"]]
     for v in views:
@@ -225,7 +226,7 @@ def resubmit_failed(cfg: MMirageConfig, path: Path, yes: bool, *, id_on_stdout: 
     from mmirage.executors.slurm import unfinished
 
     client = client_or_exit()
-    todo = unfinished(views_or_exit(cfg, client))
+    todo = unfinished(views_or_exit(cfg, path, client))
     if not todo:
         click.echo("no shard to resubmit", err=True)
         return 0
@@ -236,7 +237,7 @@ def resubmit_failed(cfg: MMirageConfig, path: Path, yes: bool, *, id_on_stdout: 
             return 1
         if not click.confirm(question.removesuffix(" (y/N) "), default=False):
             return 1
-    submit_shards(cfg, path, todo, client, id_on_stdout=id_on_stdout)
+    submit_shards(cfg, path, todo, client, id_on_stdout=id_on_stdout, command="retry")
     return 0
 
 
@@ -259,7 +260,7 @@ def retry_on_slurm(cfg: MMirageConfig, path: Path, yes: bool, only_retryable: bo
     import json
 
     code = resubmit_failed(cfg, path, yes, id_on_stdout=False)
-    click.echo(json.dumps(summary(views_or_exit(cfg, client_or_exit())), indent=2))
+    click.echo(json.dumps(summary(views_or_exit(cfg, path, client_or_exit())), indent=2))
     if code == 0 and has_batch_api(cfg):
         from mmirage.batch_cli import batch_retry
 
@@ -269,8 +270,11 @@ def retry_on_slurm(cfg: MMirageConfig, path: Path, yes: bool, only_retryable: bo
 
 def check_on_slurm(cfg: MMirageConfig, path: Path, retry: bool, yes: bool) -> int:
     """``mmirage check`` in slurm mode: the joined table, a summary, and ``--retry``."""
-    lines, views = check_table(cfg)
+    lines, views = check_table(cfg, path)
     print_table(lines)
+    for view in views:
+        for note in view.notes:
+            click.echo(note)
     counts = summary(views)
     dead = [v.shard_id for v in views if v.state in ("stale", "failed", "exhausted") and v.task]
     click.echo(

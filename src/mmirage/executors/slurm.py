@@ -16,15 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from mmirage.config.models import MMirageConfig
-from mmirage.core.shard.state import (
-    RUNNING,
-    SUCCESS,
-    now_iso,
-    read_status,
-    shard_dir,
-    shard_state,
-    status_path,
-)
+from mmirage.core.shard.health import shard_health
+from mmirage.core.shard.published import DAMAGED
+from mmirage.core.shard.state import RUNNING, SUCCESS, now_iso, shard_dir
 from mmirage.executors.slurm_client import SlurmClient, TaskInfo
 from mmirage.executors.slurm_script import JobSpec, render_job_script, task_log
 
@@ -49,14 +43,16 @@ class ShardView:
     """One shard as ``check`` shows it: our status joined with SLURM's view of its task."""
 
     shard_id: int
-    state: str  # shard_state's answer, corrected by SLURM (a dead task is "stale")
+    state: str  # shard_health's answer, corrected by SLURM (a dead task is "stale")
     status: dict[str, Any] | None
     task: TaskInfo | None
     log: str | None
+    notes: list[str]  # shard_health's sentences (damaged file, rows to retry, ...)
 
     @property
     def retryable(self) -> bool:
-        return self.state not in (SUCCESS, RUNNING)
+        """A resubmission can finish it (a damaged file needs the user first)."""
+        return self.state not in (SUCCESS, RUNNING, DAMAGED, "exhausted")
 
 
 def slurm_dir(cfg: MMirageConfig) -> Path:
@@ -85,11 +81,16 @@ def submit(
     client: SlurmClient,
     *,
     log_level: str = "WARNING",
+    command: str = "run",
 ) -> Submission:
-    """Write the script, make the report folder, ``sbatch`` it once and record the job."""
+    """Write the script, make the report folder, ``sbatch`` it once and record the job.
+    ``command`` is what each task runs: ``run``, or ``retry`` for a resubmission (which also
+    computes again the rows a finished shard holds as retryable failures)."""
     ep = cfg.execution_params
     workdir = workdir_of(cfg)
-    spec = JobSpec(config_path.resolve(), tuple(shard_ids), workdir, log_level=log_level)
+    spec = JobSpec(
+        config_path.resolve(), tuple(shard_ids), workdir, log_level=log_level, command=command
+    )
     script = write_script(cfg, spec)
     report_dir = Path(ep.report_dir)
     (report_dir if report_dir.is_absolute() else workdir / report_dir).mkdir(
@@ -136,23 +137,24 @@ def latest_tasks(cfg: MMirageConfig) -> dict[int, Submission]:
     return latest
 
 
-def shard_views(cfg: MMirageConfig, client: SlurmClient) -> list[ShardView]:
+def shard_views(cfg: MMirageConfig, config_path: Path, client: SlurmClient) -> list[ShardView]:
     """Every shard's state, joined with SLURM's view of its latest task (one query)."""
     latest = latest_tasks(cfg)
     tasks = client.tasks([s.job_id for s in latest.values()])
     max_retries = cfg.execution_params.max_retries
     views = []
     for k in range(cfg.loading_params.num_shards):
-        status = read_status(status_path(cfg, k))
+        health = shard_health(cfg, k, config_path)
+        status = health.status or None
         record = latest.get(k)
         task = tasks.get((record.job_id, k)) if record else None
-        state = _joined_state(shard_state(status, max_retries), status, task, max_retries)
+        state = _joined_state(health.state, status, task, max_retries)
         log = None
         if record:
             log = task_log(
                 cfg.execution_params, Path(record.workdir), record.job_name, record.job_id, k
             )
-        views.append(ShardView(k, state, status, task, log))
+        views.append(ShardView(k, state, status, task, log, health.notes))
     return views
 
 
@@ -173,8 +175,9 @@ def _joined_state(
 
 
 def unfinished(views: Sequence[ShardView]) -> list[int]:
-    """Shards to submit: neither succeeded nor queued or running in SLURM."""
-    return [v.shard_id for v in views if v.retryable and v.state != "exhausted"]
+    """Shards to submit: neither succeeded nor queued or running in SLURM, nor damaged or out
+    of retries (those need the user first)."""
+    return [v.shard_id for v in views if v.retryable]
 
 
 def wait_for(

@@ -30,6 +30,7 @@ class JobSpec:
     workdir: Path  # --chdir: project_root, else where the submission ran
     python: str = sys.executable
     log_level: str = "WARNING"
+    command: str = "run"  # or "retry": also computes again a finished shard's retryable rows
 
 
 def array_spec(shard_ids: Sequence[int], max_concurrent: int | None) -> str:
@@ -93,7 +94,7 @@ def task_command(ep: ExecutionParams, spec: JobSpec) -> str:
         "mmirage",
         "--log-level",
         spec.log_level,
-        "run",
+        spec.command,
         str(spec.config_path),
     ]
     command = " ".join(shlex.quote(a) for a in argv) + ' --shard-id "$SLURM_ARRAY_TASK_ID"'
