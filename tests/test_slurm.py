@@ -122,8 +122,11 @@ def rows_of(root: Path) -> list[dict[str, Any]]:
 
 
 def status(root: Path, shard: int) -> dict[str, Any]:
-    (path,) = (root / "state").glob(f"pipeline-*/shard_{shard}/status.json")
-    data: dict[str, Any] = json.loads(path.read_text())
+    """The shard's status.json ({} until the shard has started)."""
+    found = list((root / "state").glob(f"pipeline-*/shard_{shard}/status.json"))
+    if not found:
+        return {}
+    data: dict[str, Any] = json.loads(found[0].read_text())
     return data
 
 
@@ -168,13 +171,10 @@ def test_a_cancelled_task_is_shown_and_retry_requests_only_its_unfinished_rows(
     job = mmirage("run", str(config), cwd=tmp_path).stdout.strip()
     assert job.isdigit()
 
-    def checkpointed() -> bool:
-        try:
-            return int(status(tmp_path, 1).get("rows_done") or 0) > 0
-        except ValueError:
-            return False
-
-    wait_until(checkpointed, what="shard 1's first checkpoint")
+    wait_until(
+        lambda: int(status(tmp_path, 1).get("rows_done") or 0) > 0,
+        what="shard 1's first checkpoint",
+    )
     subprocess.run(["scancel", f"{job}_1"], check=True)
     wait_until(lambda: squeue_states(job).get(0) == "COMPLETED", what="shard 0")
     wait_until(lambda: squeue_states(job).get(1) == "CANCELLED", what="the cancelled task")
@@ -397,3 +397,32 @@ def test_signal_handler_names_the_time_limit_near_the_deadline(tmp_path: Path) -
     finally:
         del os.environ[DEADLINE_ENV]
     assert stop_reason(signal.SIGTERM, 120) == "interrupted"
+
+
+def test_a_requeued_task_resumes_without_paying_twice(
+    slurm_cluster: None, emulator_slow: Any, tmp_path: Path
+) -> None:
+    """Preemption: SLURM requeues a running task; it runs again and resumes at its checkpoint."""
+    rows = 200
+    config = make_pipeline(
+        tmp_path, emulator_slow.openai_base_url, shards=1, rows=rows, concurrency=2
+    )
+    job = mmirage("run", str(config), cwd=tmp_path).stdout.strip()
+    wait_until(
+        lambda: (
+            (tmp_path / "state").exists() and int(status(tmp_path, 0).get("rows_done") or 0) > 0
+        ),
+        what="the first checkpoint",
+    )
+    subprocess.run(["scontrol", "requeue", f"{job}_0"], check=True)
+    wait_until(
+        lambda: (
+            status(tmp_path, 0).get("status") == "success" and status(tmp_path, 0)["attempts"] == 2
+        ),
+        timeout=240,
+        what="the requeued task",
+    )
+    assert status(tmp_path, 0)["attempts"] == 2  # it ran again, after the requeue
+    # Only requests in flight at the requeue may be sent twice (the journal keeps the rest).
+    assert emulator_slow.stats()["requests"] <= rows + 2
+    assert [r["id"] for r in rows_of(tmp_path)] == list(range(rows))
