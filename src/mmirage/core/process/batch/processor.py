@@ -225,10 +225,14 @@ class BatchApiProcessor:
             spool = ChunkSpool(
                 self._root / modality, pc.max_chunk_bytes, cap, pc.oversized_request_policy
             )
-            for chunk in spool.recover(self._resume_from):
+            unsent = spool.recover(self._resume_from)
+            if unsent:
                 logger.warning(
-                    "submitting chunk %s left unsubmitted by an interrupted run", chunk.path
+                    "resuming %d unsent chunk(s) of %s, left by an interrupted run",
+                    len(unsent),
+                    spool.directory,
                 )
+            for chunk in unsent:
                 self._submit_later(modality, chunk)
             for chunk in spool.unreceipted:
                 self._write_receipt(modality, chunk, orjson.loads(chunk.done_path.read_bytes()))
