@@ -606,10 +606,9 @@ def by_chunk(lines: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def spooled_sizes(receipt: Mapping[str, Any]) -> list[int]:
-    """The byte size (newline not counted) of each request line of a receipt's chunk."""
-    return [
-        len(line) - 1 for line in Path(receipt["spool_path"]).read_bytes().splitlines(keepends=True)
-    ]
+    """The byte size (newline counted: max_chunk_bytes is the file's size) of each request line
+    of a receipt's chunk."""
+    return [len(line) for line in Path(receipt["spool_path"]).read_bytes().splitlines(True)]
 
 
 def test_chunks_respect_max_requests_per_chunk(emulators: Emulators, tmp_path: Path) -> None:
@@ -646,6 +645,32 @@ def test_chunks_respect_max_chunk_bytes(emulators: Emulators, tmp_path: Path) ->
         assert line["has_oversized_request"] is False
     for chunk, following in itertools.pairwise(sizes):
         assert sum(chunk) + following[0] > limit  # a chunk closes only when it must
+
+
+def test_every_uploaded_file_fits_max_chunk_bytes_newlines_included(
+    emulators: Emulators, tmp_path: Path
+) -> None:
+    emu = emulators["clean"]
+    probe = prepare(tmp_path / "probe", emu, question_rows())
+    ok(mmirage("run", "--config", probe.config, env=key_env()))
+    (receipt,) = probe.lines()
+    # What the first three requests fill without their newlines: with them, two fit.
+    limit = sum(spooled_sizes(receipt)[:3]) - 3
+    made = prepare(tmp_path / "run", emu, question_rows(), max_chunk_bytes=limit)
+    ok(mmirage("run", "--config", made.config, env=key_env()))
+    client = oai(emu)
+    lines = by_chunk(made.lines())
+    uploaded = [
+        client.files.content(client.batches.retrieve(line["provider_batch_id"]).input_file_id)
+        for line in lines
+    ]
+    files = [upload.content for upload in uploaded]
+    assert [len(data) for data in files] == [line["total_bytes"] for line in lines]
+    assert all(len(data) <= limit for data in files), ([len(d) for d in files], limit)
+    chunks = [data.splitlines(keepends=True) for data in files]
+    assert len(chunks[0]) == 2 and sum(len(chunk) for chunk in chunks) == 12
+    for chunk, following in itertools.pairwise(chunks):
+        assert sum(map(len, chunk)) + len(following[0]) > limit  # never split needlessly
 
 
 def oversized_rows() -> list[dict[str, Any]]:
