@@ -647,32 +647,6 @@ def test_chunks_respect_max_chunk_bytes(emulators: Emulators, tmp_path: Path) ->
         assert sum(chunk) + following[0] > limit  # a chunk closes only when it must
 
 
-def test_every_uploaded_file_fits_max_chunk_bytes_newlines_included(
-    emulators: Emulators, tmp_path: Path
-) -> None:
-    emu = emulators["clean"]
-    probe = prepare(tmp_path / "probe", emu, question_rows())
-    ok(mmirage("run", "--config", probe.config, env=key_env()))
-    (receipt,) = probe.lines()
-    # What the first three requests fill without their newlines: with them, two fit.
-    limit = sum(spooled_sizes(receipt)[:3]) - 3
-    made = prepare(tmp_path / "run", emu, question_rows(), max_chunk_bytes=limit)
-    ok(mmirage("run", "--config", made.config, env=key_env()))
-    client = oai(emu)
-    lines = by_chunk(made.lines())
-    uploaded = [
-        client.files.content(client.batches.retrieve(line["provider_batch_id"]).input_file_id)
-        for line in lines
-    ]
-    files = [upload.content for upload in uploaded]
-    assert [len(data) for data in files] == [line["total_bytes"] for line in lines]
-    assert all(len(data) <= limit for data in files), ([len(d) for d in files], limit)
-    chunks = [data.splitlines(keepends=True) for data in files]
-    assert len(chunks[0]) == 2 and sum(len(chunk) for chunk in chunks) == 12
-    for chunk, following in itertools.pairwise(chunks):
-        assert sum(map(len, chunk)) + len(following[0]) > limit  # never split needlessly
-
-
 def oversized_rows() -> list[dict[str, Any]]:
     rows = question_rows(6)
     rows[3]["question"] = "Summarize: " + "lorem ipsum " * 250  # about 3 kB alone

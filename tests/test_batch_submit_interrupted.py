@@ -278,6 +278,41 @@ def test_a_stopped_retry_then_another_resubmits_every_request_once(
     assert merged.code == 0, merged
 
 
+def test_a_retry_receipt_lost_to_a_full_disk_is_printed_and_its_batch_adopted(
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mmirage.config import load_mmirage_config
+    from mmirage.core.process.batch import intents
+    from mmirage.core.process.batch.resubmit import retry_failed
+    from mmirage.core.shard import run_shard
+
+    with running_emulator(EmulatorConfig(seed=14, batch_delay_s=BATCH_DELAY_S)) as emu:
+        config = load_mmirage_config(pipeline(tmp_path, emu, "openai", rows=200))
+        monkeypatch.setenv(KEY_VAR["openai"], KEY)
+        run_shard(config, 0)
+        cancel_every_batch(emu, "openai")
+        created = batches_created(emu, "openai")
+        with monkeypatch.context() as disk:  # the .done marker and the receipt line both fail
+            disk.setattr(intents, "_write_whole", no_space)
+            disk.setattr(intents, "append_receipt", no_space)
+            with pytest.raises(OSError):
+                retry_failed(config)
+        err = capfd.readouterr().err
+        assert err.count("was created but its receipt could not be written") == 1
+        assert batches_created(emu, "openai") == created + 1 and KEY not in err
+        report = retry_failed(config)
+        adopted = [r for r in caplog.records if "adopted" in r.getMessage()]
+        assert len(adopted) == 1
+        assert len(report.new_batches) == batches_created(emu, "openai") - created - 1
+        wait_until_ended(emu, "openai")
+        succeeded = held_custom_ids(emu, "openai", succeeded_only=True)
+    assert max(succeeded.values()) == 1
+    assert set(succeeded) == {f"answer-text-{i}" for i in range(200)}
+
+
 # -- llm_kit's run_batch_api ----------------------------------------------------------------
 
 SCRIPT = textwrap.dedent("""

@@ -255,8 +255,7 @@ def run_one(cfg: MMirageConfig, shard_id: int, plan: RunPlan) -> ShardOutcome:
             # attempt in status.json (then `attempts` would never grow).
             if plan.retry and attempts <= max_retries and tries <= max_retries:
                 click.echo(f"{name}: failed (attempt {attempts}): {exc}", err=True)
-                continue
-            # Said once, by _conclude: the last attempt's line would repeat the same sentence.
+                continue  # the last attempt's reason is said once, by _conclude
             return ShardOutcome(shard_id, problem=f"failed after {attempts} attempt(s): {exc}")
         click.echo(f"{name}: {_describe(report)}", err=True)
         for note in report.notes:
@@ -636,18 +635,13 @@ def _export_prompts(
     (nothing a real run would trust), and the requests land in the export file."""
     import tempfile
 
-    from mmirage.core.process.batch.dry_run import (
-        check_dry_run_allowed,
-        check_export_target,
-        dry_run_config,
-    )
+    from mmirage.core.process.batch.dry_run import check_dry_run_allowed, dry_run_config
     from mmirage.core.process.batch.processor import export_file
     from mmirage.core.shard.runner import current_run_id
 
     target = export_file(export_path, current_run_id())
     with _user_errors_exit_2():
-        check_dry_run_allowed(cfg)
-        check_export_target(target, export_path)
+        check_dry_run_allowed(cfg, target, export_path)
     with tempfile.TemporaryDirectory(prefix="mmirage-dry-run-") as tmp:
         dry = dry_run_config(cfg, Path(tmp))
         plan = replace(plan, retry=False, export_prompts=export_path)

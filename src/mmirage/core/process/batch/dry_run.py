@@ -17,8 +17,12 @@ from mmirage.config.processors import BatchApiProcessorConfig
 from mmirage.core.process.batch.receipts import batch_processors
 
 
-def check_dry_run_allowed(config: MMirageConfig) -> None:
-    """Raise ``ConfigError`` when ``--export-prompts`` cannot apply to this config."""
+def check_dry_run_allowed(
+    config: MMirageConfig, export_target: Path | None = None, given: str = ""
+) -> None:
+    """Raise ``ConfigError`` when ``--export-prompts`` cannot apply to this config, and
+    ``UnusableDirError`` when ``export_target`` (from ``--export-prompts given``) cannot be
+    written."""
     source = config.config_path or "<config>"
     if config.execution_params.mode != "local":
         raise ConfigError(
@@ -34,6 +38,8 @@ def check_dry_run_allowed(config: MMirageConfig) -> None:
             "--export-prompts exports batch_api requests, and this config declares no "
             "batch_api processor",
         )
+    if export_target is not None:
+        check_export_target(export_target, given)
 
 
 def check_export_target(target: Path, given: str) -> None:
