@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from llm_kit import LLM, BatchConfig, BatchItem, ConfigError, Message
 from llm_kit.batch import BatchJob, JobState, ProviderBatch
-from llm_kit.batch.backend import BatchLimits
+from llm_kit.batch.backend import BatchLimits, Chunk
 from llm_kit.batch.job import job_state, public_url
 from llm_kit.batch.runner import spool
 from llm_kit.providers import get_codec
@@ -57,6 +57,27 @@ def test_spool_splits_by_count_and_by_bytes(tmp_path: Path) -> None:
     first_line = orjson.loads(chunks[0].path.read_bytes().splitlines()[0])
     assert first_line["custom_id"] == "0" and first_line["url"] == "/v1/chat/completions"
     assert job.item_ids[0] == "item 0/x"  # the manifest maps custom_id "0" back to the item
+
+
+def test_spool_chunk_files_fit_max_bytes_newlines_included(tmp_path: Path) -> None:
+    def chunked(limits: BatchLimits, folder: str) -> list[Chunk]:
+        return spool(
+            items(10),
+            backend=backend(),
+            codec=get_codec("openai"),
+            sampling={},
+            limits=limits,
+            directory=tmp_path / folder,
+            base_url="x",
+        )[1]
+
+    (whole,) = chunked(BatchLimits(max_requests=None, max_bytes=10**9), "whole")
+    line_size = len(whole.path.read_bytes().splitlines(keepends=True)[0])  # newline included
+    exact = chunked(BatchLimits(max_requests=None, max_bytes=line_size * 3), "exact")
+    assert [c.count for c in exact] == [3, 3, 3, 1]  # exact equality fits
+    assert all(c.path.stat().st_size == c.bytes <= line_size * 3 for c in exact)
+    short = chunked(BatchLimits(max_requests=None, max_bytes=line_size * 3 - 1), "short")
+    assert [c.count for c in short] == [2, 2, 2, 2, 2]  # the newlines count
 
 
 def test_anthropic_custom_ids_are_always_legal(tmp_path: Path) -> None:

@@ -163,10 +163,10 @@ def line(size: int) -> bytes:
 def test_chunks_close_on_bytes_with_exact_equality_fitting(tmp_path: Path) -> None:
     spool = ChunkSpool(tmp_path, max_bytes=10, max_requests=None)
     spool.recover()
-    closed = spool.add_many([("a", 0, 0, line(6)), ("b", 1, 0, line(4)), ("c", 2, 0, line(1))])
+    closed = spool.add_many([("a", 0, 0, line(5)), ("b", 1, 0, line(3)), ("c", 2, 0, line(1))])
     assert [(c.count, c.bytes, c.flush_reason) for c in closed] == [(2, 10, "full_chunk")]
     rest = spool.close()
-    assert [(c.count, c.bytes) for c in rest] == [(1, 1)]
+    assert [(c.count, c.bytes) for c in rest] == [(1, 2)]
     assert [i for i, _, _ in closed[0].read_ids()] == ["a", "b"]
 
 
@@ -190,23 +190,23 @@ def test_oversized_isolate_gets_its_own_chunk(tmp_path: Path) -> None:
 def test_oversized_reject_names_the_request_and_keeps_earlier_lines(tmp_path: Path) -> None:
     spool = ChunkSpool(tmp_path, max_bytes=10, max_requests=None, policy="reject")
     spool.recover()
-    with pytest.raises(OversizedRequestError, match=r"'big' is 50 bytes.*max_chunk_bytes \(10\)"):
+    with pytest.raises(OversizedRequestError, match=r"'big' is 51 bytes.*max_chunk_bytes \(10\)"):
         spool.add_many([("a", 0, 0, line(3)), ("big", 1, 0, line(50))])
     assert [c.count for c in spool.close()] == [1]
 
 
 def test_recovery_keeps_whole_requests_and_remembers_ids(tmp_path: Path) -> None:
-    spool = ChunkSpool(tmp_path, max_bytes=8, max_requests=None)
+    spool = ChunkSpool(tmp_path, max_bytes=10, max_requests=None)
     spool.recover()
     spool.add_many([("a", 0, 0, line(4)), ("b", 1, 0, line(4)), ("c", 2, 0, line(4))])
     # A kill between the two appends: a request line whose id never reached disk.
     with open(tmp_path / "chunk-000002.jsonl", "ab") as f:
         f.write(line(2))
-    again = ChunkSpool(tmp_path, max_bytes=8, max_requests=None)
+    again = ChunkSpool(tmp_path, max_bytes=10, max_requests=None)
     pending = again.recover()
     assert again.spooled == {"a", "b", "c"}
     assert [(c.number, c.count) for c in pending] == [(1, 2)]  # closed, never submitted
-    assert [(c.number, c.count, c.bytes) for c in again.close()] == [(2, 1, 4)]
+    assert [(c.number, c.count, c.bytes) for c in again.close()] == [(2, 1, 5)]
     assert (tmp_path / "chunk-000002.jsonl").read_bytes() == line(4)
 
 

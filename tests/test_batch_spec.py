@@ -606,10 +606,9 @@ def by_chunk(lines: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def spooled_sizes(receipt: Mapping[str, Any]) -> list[int]:
-    """The byte size (newline not counted) of each request line of a receipt's chunk."""
-    return [
-        len(line) - 1 for line in Path(receipt["spool_path"]).read_bytes().splitlines(keepends=True)
-    ]
+    """The byte size (newline counted: max_chunk_bytes is the file's size) of each request line
+    of a receipt's chunk."""
+    return [len(line) for line in Path(receipt["spool_path"]).read_bytes().splitlines(True)]
 
 
 def test_chunks_respect_max_requests_per_chunk(emulators: Emulators, tmp_path: Path) -> None:

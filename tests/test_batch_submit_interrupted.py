@@ -4,9 +4,11 @@
 answer 0.5 s after the batch exists: a stop at that moment leaves a batch the client never
 heard of. ``mmirage run`` is stopped by SIGINT, SIGTERM or SIGKILL at two moments of the
 submission, then run to completion; the provider must then hold every custom_id exactly once
-(read back through the providers' own list and result endpoints). The same for llm_kit's
-``run_batch_api``. A receipt that cannot be written (ENOSPC) is printed on stderr and the
-rerun adopts its batch; a truncated receipt file loses no row for check and merge.
+(read back through the providers' own list and result endpoints). The same for ``mmirage
+retry`` resubmitting the requests of canceled batches: every request succeeds exactly once.
+The same for llm_kit's ``run_batch_api``. A receipt that cannot be written (ENOSPC) is printed
+on stderr and the rerun adopts its batch; a truncated receipt file loses no row for check and
+merge.
 """
 
 from __future__ import annotations
@@ -21,15 +23,16 @@ import tempfile
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import pytest
 
 from batch_spec_support import MMIRAGE, batches_created, cli_env, mmirage, write_rows, write_yaml
 from llm_kit.batch.api import BATCH_BACKENDS
+from llm_kit.batch.backend import BatchBackend
 from llm_kit.emulator import EmulatorConfig, running_emulator
 from llm_kit.emulator.runner import EmulatorHandle
 from llm_kit.providers import get_codec
@@ -42,6 +45,8 @@ PROVIDERS = tuple(KEY_VAR)
 ROWS, PER_CHUNK = 2000, 50  # 40 chunks
 STOP_AFTER = (3, 17)  # batches the provider holds when each stop is sent
 CREATE_DELAY_S = 0.5
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -93,10 +98,12 @@ def pipeline(root: Path, emu: EmulatorHandle, provider: str, rows: int = ROWS) -
     return write_yaml(root / "config.yaml", data)
 
 
-def held_custom_ids(emu: EmulatorHandle, provider: str) -> Counter[str]:
-    """How many times the provider holds each custom_id, over every batch it lists."""
+def with_backend(
+    emu: EmulatorHandle, provider: str, work: Callable[[BatchBackend], Awaitable[T]]
+) -> T:
+    """``work`` on the provider's batch backend, as a client with the test key sees it."""
 
-    async def read() -> Counter[str]:
+    async def run() -> T:
         codec = get_codec(provider)
         http = HttpTransport(
             base_url(emu, provider),
@@ -105,19 +112,31 @@ def held_custom_ids(emu: EmulatorHandle, provider: str) -> Counter[str]:
             request_timeout=60,
             connect_timeout=10,
         )
-        backend = BATCH_BACKENDS[provider](codec, http, MODEL[provider])
-        held: Counter[str] = Counter()
         try:
-            with tempfile.TemporaryDirectory() as tmp:
-                async for batch, _ in backend.listed(0.0):
-                    await backend.refresh(batch)
-                    async for outcome in backend.results(batch, Path(tmp)):
-                        held[outcome.custom_id] += 1
+            return await work(BATCH_BACKENDS[provider](codec, http, MODEL[provider]))
         finally:
             await http.aclose()
+
+    return asyncio.run(run())
+
+
+def held_custom_ids(
+    emu: EmulatorHandle, provider: str, *, succeeded_only: bool = False
+) -> Counter[str]:
+    """How many times the provider holds each custom_id (or returned it as a success), over
+    every batch it lists."""
+
+    async def read(backend: BatchBackend) -> Counter[str]:
+        held: Counter[str] = Counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            async for batch, _ in backend.listed(0.0):
+                await backend.refresh(batch)
+                async for outcome in backend.results(batch, Path(tmp)):
+                    if not succeeded_only or outcome.error is None:
+                        held[outcome.custom_id] += 1
         return held
 
-    return asyncio.run(read())
+    return with_backend(emu, provider, read)
 
 
 def stop_when_held(
@@ -194,6 +213,104 @@ def test_a_receipt_lost_to_a_full_disk_is_printed_and_its_batch_adopted(
         held = held_custom_ids(emu, provider)
     assert max(held.values()) == 1
     assert set(held) == {f"answer-text-{i}" for i in range(200)}
+
+
+# -- mmirage retry ---------------------------------------------------------------------------
+
+RETRY_ROWS = 500  # 10 chunks of 50
+RETRY_STOP_AFTER = (2, 6)  # batches the retries have created when each stop is sent
+BATCH_DELAY_S = 10.0  # the run's batches are canceled well before they would end
+
+
+def ended(emu: EmulatorHandle, provider: str) -> bool:
+    async def all_ended(backend: BatchBackend) -> bool:
+        return all([batch.state.is_terminal async for batch, _ in backend.listed(0.0)])
+
+    return with_backend(emu, provider, all_ended)
+
+
+def wait_until_ended(emu: EmulatorHandle, provider: str) -> None:
+    deadline = time.monotonic() + 120
+    while not ended(emu, provider):
+        assert time.monotonic() < deadline, "the batches never ended"
+        time.sleep(0.2)
+
+
+def cancel_every_batch(emu: EmulatorHandle, provider: str) -> None:
+    async def cancel(backend: BatchBackend) -> None:
+        async for batch, _ in backend.listed(0.0):
+            if not batch.state.is_terminal:
+                await backend.cancel(batch)
+
+    with_backend(emu, provider, cancel)
+    wait_until_ended(emu, provider)
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name
+)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_stopped_retry_then_another_resubmits_every_request_once(
+    provider: str, sig: int, tmp_path: Path
+) -> None:
+    slow = EmulatorConfig(seed=13, batch_create_delay_s=CREATE_DELAY_S, batch_delay_s=BATCH_DELAY_S)
+    with running_emulator(slow, subprocess=True) as emu:
+        config = pipeline(tmp_path, emu, provider, rows=RETRY_ROWS)
+        env = env_for(provider)
+        assert mmirage("run", config, env=env).code == 0
+        cancel_every_batch(emu, provider)  # the requests not yet done are retry's to resubmit
+        done_before = held_custom_ids(emu, provider, succeeded_only=True)
+        created = batches_created(emu, provider)
+        for count in RETRY_STOP_AFTER:
+            with open(tmp_path / "stopped.err", "wb") as err:
+                argv = [MMIRAGE, "retry", str(config)]
+                proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
+                stop_when_held(proc, emu, provider, created + count, sig)
+        retried = mmirage("retry", config, env=env, timeout=300)
+        assert retried.code == 0, retried
+        wait_until_ended(emu, provider)
+        succeeded = held_custom_ids(emu, provider, succeeded_only=True)
+        merged = mmirage("merge", config, "--output-path", tmp_path / "merged.jsonl", env=env)
+    assert len(done_before) < RETRY_ROWS  # the retries had requests to resubmit
+    twice = sorted(cid for cid, n in succeeded.items() if n > 1)
+    assert not twice, f"{len(twice)} requests billed twice, e.g. {twice[:3]}"
+    assert set(succeeded) == {f"answer-text-{i}" for i in range(RETRY_ROWS)}
+    assert merged.code == 0, merged
+
+
+def test_a_retry_receipt_lost_to_a_full_disk_is_printed_and_its_batch_adopted(
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mmirage.config import load_mmirage_config
+    from mmirage.core.process.batch import intents
+    from mmirage.core.process.batch.resubmit import retry_failed
+    from mmirage.core.shard import run_shard
+
+    with running_emulator(EmulatorConfig(seed=14, batch_delay_s=BATCH_DELAY_S)) as emu:
+        config = load_mmirage_config(pipeline(tmp_path, emu, "openai", rows=200))
+        monkeypatch.setenv(KEY_VAR["openai"], KEY)
+        run_shard(config, 0)
+        cancel_every_batch(emu, "openai")
+        created = batches_created(emu, "openai")
+        with monkeypatch.context() as disk:  # the .done marker and the receipt line both fail
+            disk.setattr(intents, "_write_whole", no_space)
+            disk.setattr(intents, "append_receipt", no_space)
+            with pytest.raises(OSError):
+                retry_failed(config)
+        err = capfd.readouterr().err
+        assert err.count("was created but its receipt could not be written") == 1
+        assert batches_created(emu, "openai") == created + 1 and KEY not in err
+        report = retry_failed(config)
+        adopted = [r for r in caplog.records if "adopted" in r.getMessage()]
+        assert len(adopted) == 1
+        assert len(report.new_batches) == batches_created(emu, "openai") - created - 1
+        wait_until_ended(emu, "openai")
+        succeeded = held_custom_ids(emu, "openai", succeeded_only=True)
+    assert max(succeeded.values()) == 1
+    assert set(succeeded) == {f"answer-text-{i}" for i in range(200)}
 
 
 # -- llm_kit's run_batch_api ----------------------------------------------------------------

@@ -179,12 +179,12 @@ def run_one(cfg: MMirageConfig, shard_id: int, plan: RunPlan) -> ShardOutcome:
             if _debug():
                 logging.getLogger(__name__).exception("%s failed", name)
             attempts = _attempts(cfg, shard_id)
-            click.echo(f"{name}: failed (attempt {attempts}): {exc}", err=True)
             force = reset = False  # a retry resumes from the checkpoint
             # `tries` bounds the loop even when the shard failed before it could count an
             # attempt in status.json (then `attempts` would never grow).
             if plan.retry and attempts <= max_retries and tries <= max_retries:
-                continue
+                click.echo(f"{name}: failed (attempt {attempts}): {exc}", err=True)
+                continue  # the last attempt's reason is said once, by _conclude
             return ShardOutcome(shard_id, problem=f"failed after {attempts} attempt(s): {exc}")
         click.echo(f"{name}: {_describe(report)}", err=True)
         for note in report.notes:
@@ -578,9 +578,9 @@ def _export_prompts(
     from mmirage.core.process.batch.processor import export_file
     from mmirage.core.shard.runner import current_run_id
 
-    with _user_errors_exit_2():
-        check_dry_run_allowed(cfg)
     target = export_file(export_path, current_run_id())
+    with _user_errors_exit_2():
+        check_dry_run_allowed(cfg, target, export_path)
     with tempfile.TemporaryDirectory(prefix="mmirage-dry-run-") as tmp:
         dry = dry_run_config(cfg, Path(tmp))
         plan = replace(plan, retry=False, export_prompts=export_path)

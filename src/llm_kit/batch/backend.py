@@ -23,10 +23,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BatchLimits:
-    """The most one provider batch may hold."""
+    """The most one provider batch may hold. ``max_bytes`` is the size of the uploaded JSONL
+    file, so every line counts with its newline."""
 
     max_requests: int | None
     max_bytes: int
+
+    def admits(self, count: int, size: int, line: bytes) -> bool:
+        """Whether ``line`` (a whole JSONL line, its newline included) can join a chunk that
+        holds ``count`` lines of ``size`` bytes: the one rule of both chunk planners (this
+        package's ``Spooler`` and mmirage's ``ChunkSpool``)."""
+        if self.max_requests is not None and count >= self.max_requests:
+            return False
+        return size + len(line) <= self.max_bytes
 
 
 @dataclass

@@ -60,12 +60,7 @@ class Spooler:
                 f"({self.limits.max_bytes:,})"
             )
         chunk = self.chunks[-1] if self.chunks else None
-        full = (
-            chunk is None
-            or chunk.bytes + size > self.limits.max_bytes
-            or (self.limits.max_requests is not None and chunk.count >= self.limits.max_requests)
-        )
-        if full:
+        if chunk is None or not self.limits.admits(chunk.count, chunk.bytes, line):
             chunk = self._open(index)
         assert chunk is not None
         self._file.write(line)

@@ -17,8 +17,12 @@ from mmirage.config.processors import BatchApiProcessorConfig
 from mmirage.core.process.batch.receipts import batch_processors
 
 
-def check_dry_run_allowed(config: MMirageConfig) -> None:
-    """Raise ``ConfigError`` when ``--export-prompts`` cannot apply to this config."""
+def check_dry_run_allowed(
+    config: MMirageConfig, export_target: Path | None = None, given: str = ""
+) -> None:
+    """Raise ``ConfigError`` when ``--export-prompts`` cannot apply to this config, and
+    ``UnusableDirError`` when ``export_target`` (from ``--export-prompts given``) cannot be
+    written."""
     source = config.config_path or "<config>"
     if config.execution_params.mode != "local":
         raise ConfigError(
@@ -34,6 +38,34 @@ def check_dry_run_allowed(config: MMirageConfig) -> None:
             "--export-prompts exports batch_api requests, and this config declares no "
             "batch_api processor",
         )
+    if export_target is not None:
+        check_export_target(export_target, given)
+
+
+def check_export_target(target: Path, given: str) -> None:
+    """Raise ``UnusableDirError`` (one sentence) when the export file ``target`` (from
+    ``--export-prompts given``) cannot be written: checked before any shard runs, so a file in
+    the way is the user's to fix, not a failed shard."""
+    from mmirage.core.shard.state import UnusableDirError, ensure_writable_dir
+
+    for blocking in [*reversed(target.parents), target]:
+        if blocking == target and blocking.is_dir():
+            raise UnusableDirError(
+                f"--export-prompts {given}: {blocking} is a directory; move it away or choose "
+                "another path"
+            )
+        if blocking != target and blocking.exists() and not blocking.is_dir():
+            if blocking == target.parent and not given.endswith(".jsonl"):
+                raise UnusableDirError(
+                    f"--export-prompts {given}: {blocking} is a file, and a path that does not "
+                    f"end in .jsonl names a directory (the export goes to {target.name} in "
+                    "it); give a directory, or a file name ending in .jsonl"
+                )
+            raise UnusableDirError(
+                f"--export-prompts {given}: {blocking} is a file, not a directory; move it "
+                "away or choose another path"
+            )
+    ensure_writable_dir(target.parent, "--export-prompts")
 
 
 def dry_run_config(config: MMirageConfig, workdir: Path) -> MMirageConfig:

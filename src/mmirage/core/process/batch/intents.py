@@ -1,6 +1,8 @@
 """A chunk's batch creation is recorded before it starts, and its receipt is never lost.
 
-``chunk-000001.intent`` (beside the chunk's spool files) holds ``{"tag", "since"}``, written
+``chunk-000001.intent`` (beside the chunk's spool files) holds ``{"tag", "since"}`` (and
+``chunk_id``, and for a retry's chunk ``retry_of``, so that a rerun can write the receipt of a
+batch it adopts), written
 and fsynced before the adapter is called: a chunk that has an intent but no ``.done`` was being
 created when its run stopped (SIGKILL, a crash, a full disk). Its rerun asks the adapter for
 the batch carrying the tag (``find_submitted_chunk``) and adopts it; only when the provider has
@@ -15,11 +17,13 @@ written (ENOSPC, EACCES) is printed on stderr with its batch id before the error
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,8 @@ logger = logging.getLogger(__name__)
 class Intent:
     tag: str
     since: float  # Unix seconds, just before the creation started
+    chunk_id: str = ""
+    retry_of: tuple[str, ...] = ()  # a resubmitted chunk: the batches its requests came from
 
 
 def intent_path(chunk: SpooledChunk) -> Path:
@@ -47,7 +53,9 @@ def read_intent(chunk: SpooledChunk) -> Intent | None:
     was written: the creation had not started then)."""
     try:
         data = orjson.loads(intent_path(chunk).read_bytes())
-        return Intent(str(data["tag"]), float(data["since"]))
+        origins = tuple(str(b) for b in data.get("retry_of") or ())
+        chunk_id = str(data.get("chunk_id", ""))
+        return Intent(str(data["tag"]), float(data["since"]), chunk_id, origins)
     except FileNotFoundError:
         return None
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
@@ -55,18 +63,24 @@ def read_intent(chunk: SpooledChunk) -> Intent | None:
         return None
 
 
-def write_intent(chunk: SpooledChunk) -> Intent:
+def write_intent(chunk: SpooledChunk, chunk_id: str = "", retry_of: Sequence[str] = ()) -> Intent:
     """A new intent, durable (fsynced) before this returns."""
-    intent = Intent(f"mmirage-{uuid.uuid4().hex}", time.time())
+    intent = Intent(f"mmirage-{uuid.uuid4().hex}", time.time(), chunk_id, tuple(retry_of))
     path = intent_path(chunk)
     tmp = path.with_suffix(".intent.tmp")
     with open(tmp, "wb") as f:
-        f.write(orjson.dumps({"tag": intent.tag, "since": intent.since}))
+        f.write(orjson.dumps(dataclasses.asdict(intent)))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
     return intent
+
+
+def abandon_intent(chunk: SpooledChunk) -> None:
+    """The provider has no batch of this intent: its chunk is never looked for again (a
+    retry resubmits the chunk's requests in a chunk of its own)."""
+    os.replace(intent_path(chunk), chunk.path.with_suffix(".abandoned"))
 
 
 def recorded_batch_ids(batch_root: Path) -> set[str]:

@@ -7,10 +7,10 @@ receipt appended (``receipts.py``) and marked done; ``finish`` submits the last 
 the shard is published, and a failed submission fails the shard, whose rerun submits exactly
 the chunks that have no receipt. The row's value is ``__BATCH_SUBMITTED__:<custom_id>``.
 
-A creation is never paid twice (``intents.py``): its intent is on disk before the adapter is
-called, a rerun adopts the batch an interrupted creation left at the provider, and the whole
-creation, receipt included, runs in a worker thread that a stop (Ctrl-C, SIGTERM) does not
-cut short: ``aclose`` waits for it (at most ``STOP_GRACE_S``).
+A creation is never paid twice (``creation.py``, ``intents.py``): its intent is on disk before
+the adapter is called, a rerun adopts the batch an interrupted creation left at the provider,
+and the whole creation, receipt included, runs in a worker thread that a stop (Ctrl-C,
+SIGTERM) does not cut short: ``aclose`` waits for it (at most ``STOP_GRACE_S``).
 
 Under ``--export-prompts`` nothing is submitted and no key is needed: each closed chunk is
 appended to the export file as ``{"batch_id", "request"}`` lines and gets a dry-run receipt.
@@ -22,7 +22,6 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,13 +31,8 @@ import orjson
 from mmirage.core.process.base import OutputRequest, OutputResult, RunContext
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
 from mmirage.core.process.batch.cost import estimate_submission, register_price
-from mmirage.core.process.batch.intents import (
-    print_unsaved_receipt,
-    read_intent,
-    record_receipt,
-    recorded_batch_ids,
-    write_intent,
-)
+from mmirage.core.process.batch.creation import STOP_GRACE_S, ChunkCreator
+from mmirage.core.process.batch.intents import print_unsaved_receipt, record_receipt
 from mmirage.core.process.batch.payload import build_payload, custom_id_for, modality_of
 from mmirage.core.process.batch.receipts import (
     append_receipt,
@@ -54,7 +48,6 @@ from mmirage.core.writer.renderer import make_placeholder
 logger = logging.getLogger(__name__)
 
 _MAX_SUBMISSIONS = 2  # chunks uploading at once: enough to overlap, gentle on the provider
-STOP_GRACE_S = 120.0  # how long a stop waits for the creations in flight to be recorded
 
 
 def export_file(path: str, run_id: str) -> Path:
@@ -111,8 +104,7 @@ class BatchApiProcessor:
             _MAX_SUBMISSIONS, thread_name_prefix="batch-submit"
         )
         self._creations: set[concurrent.futures.Future[None]] = set()
-        self._lookup = threading.Lock()  # one orphan lookup at a time: never one batch twice
-        self._claimed: set[str] = set()  # batch ids this process created or adopted
+        self._creator = ChunkCreator(self._root.parent.parent)
         self._failure: BaseException | None = None
         self._schemas: dict[str, dict[str, Any] | None] = {}
         self.submitted_batches = 0
@@ -233,10 +225,14 @@ class BatchApiProcessor:
             spool = ChunkSpool(
                 self._root / modality, pc.max_chunk_bytes, cap, pc.oversized_request_policy
             )
-            for chunk in spool.recover(self._resume_from):
+            unsent = spool.recover(self._resume_from)
+            if unsent:
                 logger.warning(
-                    "submitting chunk %s left unsubmitted by an interrupted run", chunk.path
+                    "resuming %d unsent chunk(s) of %s, left by an interrupted run",
+                    len(unsent),
+                    spool.directory,
                 )
+            for chunk in unsent:
                 self._submit_later(modality, chunk)
             for chunk in spool.unreceipted:
                 self._write_receipt(modality, chunk, orjson.loads(chunk.done_path.read_bytes()))
@@ -278,33 +274,6 @@ class BatchApiProcessor:
     def _receipt_file(self, modality: str) -> Path:
         return receipt_path(self.base, modality, self.context.run_id, dry_run=self.dry_run)
 
-    def _create(self, chunk_id: str, chunk: SpooledChunk, requests: list[dict[str, Any]]) -> Any:
-        """The provider's answer for the chunk's batch: adopted when an interrupted run had
-        created it already, else created now (its intent on disk first)."""
-        pc = self.provider_config
-        intent = read_intent(chunk)
-        if intent is None:
-            intent = write_intent(chunk)
-        else:
-            with self._lookup:
-                known = recorded_batch_ids(self._root.parent.parent) | self._claimed
-                found = self.adapter.find_submitted_chunk(
-                    chunk_id, intent.tag, requests, intent.since, known, pc
-                )
-                if found is not None:
-                    batch_id = self.adapter.parse_submission_result(found).provider_batch_id
-                    self._claimed.add(batch_id)
-                    logger.warning(
-                        "%s: adopted %s batch %s, created by an interrupted run (not paid again)",
-                        chunk.path,
-                        pc.provider,
-                        batch_id,
-                    )
-                    return found
-        raw = self.adapter.submit_tagged_chunk(chunk_id, intent.tag, requests, pc)
-        self._claimed.add(self.adapter.parse_submission_result(raw).provider_batch_id)
-        return raw
-
     def _submit_sync(self, modality: str, chunk: SpooledChunk) -> None:
         chunk_id = f"s{self.context.shard_id}-chunk-{chunk.number:06d}"
         lines = read_lines(chunk)
@@ -318,7 +287,13 @@ class BatchApiProcessor:
                 f.write(data)
             provider_batch_id, status, raw = f"dry-run-{batch_id}", "dry_run", {}
         else:
-            raw = self._create(chunk_id, chunk, [orjson.loads(line) for line in lines])
+            raw = self._creator.create(
+                self.adapter,
+                self.provider_config,
+                chunk,
+                chunk_id,
+                [orjson.loads(line) for line in lines],
+            )
             result = self.adapter.parse_submission_result(raw)
             provider_batch_id, status = result.provider_batch_id, result.status
             logger.info(

@@ -13,6 +13,11 @@ the shards stay the same), chunked again with the processor's caps by a ``spool.
 batch gets a receipt in the usual file (``<base>.<modality>.<run_id>.jsonl``, new run id) with
 ``retry_of`` naming the batches its requests came from; the next ``merge`` fetches it and takes
 its successes.
+
+A resubmission is paid for at most once, as ``mmirage run``'s submission (``creation.py``):
+each chunk's intent is on disk before its batch is created, a stop waits for the creation in
+flight and its receipt, and the next retry first adopts what an interrupted one created
+(``retry_adoption.py``).
 """
 
 from __future__ import annotations
@@ -38,15 +43,16 @@ from mmirage.core.process.batch.collector import (
     receipt_files,
     scan_receipts,
 )
+from mmirage.core.process.batch.creation import ChunkCreator, run_through_stop
 from mmirage.core.process.batch.fetching import FetchReport, fetch_terminal
-from mmirage.core.process.batch.receipts import (
-    append_receipt,
-    chunk_receipt,
-    receipt_base,
-    receipt_path,
-    redact,
-)
+from mmirage.core.process.batch.intents import record_receipt
+from mmirage.core.process.batch.receipts import receipt_base, receipt_path
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
+from mmirage.core.process.batch.retry_adoption import (
+    RETRY_PREFIX,
+    retry_receipt,
+    settle_interrupted_retries,
+)
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
 
 if TYPE_CHECKING:
@@ -73,13 +79,16 @@ def retry_failed(
 ) -> RetryReport:
     """Refresh the store (fetch every terminal batch), then resubmit what did not succeed."""
     run_id = run_id or uuid.uuid4().hex[:6]
-    paths = receipt_files(config)
     with _retry_lock(config), open_store(config) as store:
-        scan = scan_receipts(paths, store, only=pipeline_key(config))
         pool = AdapterPool(config)
+        resubmitter = _Resubmitter(config, pool, run_id)
+        # First the batches an interrupted retry created: their requests are not failed.
+        settle_interrupted_retries(
+            config, pool, resubmitter.creator, resubmitter.state_dir, resubmitter.stamp
+        )
+        scan = scan_receipts(receipt_files(config), store, only=pipeline_key(config))
         pool.check_providers(scan.records)
-        report = RetryReport(run_id, fetch_terminal(store, pool, scan.records))
-        resubmitter = _Resubmitter(config, pool, run_id, report)
+        report = resubmitter.report = RetryReport(run_id, fetch_terminal(store, pool, scan.records))
         failed = store.failed_requests(only_retryable=only_retryable)
         for (provider, batch_id), group in itertools.groupby(failed, key=lambda t: t[:2]):
             record = store.batch(provider, batch_id)
@@ -99,15 +108,15 @@ class _Target:
 
 
 class _Resubmitter:
-    def __init__(
-        self, config: MMirageConfig, pool: AdapterPool, run_id: str, report: RetryReport
-    ) -> None:
+    report: RetryReport
+
+    def __init__(self, config: MMirageConfig, pool: AdapterPool, run_id: str) -> None:
         self.pool = pool
         self.run_id = run_id
-        self.report = report
         self.state_dir = pipeline_state_dir(config)
         self.stamp = pipeline_key(config)
-        self.root = self.state_dir / "batch" / f"retry-{run_id}"
+        self.root = self.state_dir / "batch" / f"{RETRY_PREFIX}{run_id}"
+        self.creator = ChunkCreator(self.state_dir / "batch")
         self._targets: dict[tuple[str, str], _Target] = {}
         self._chunks = itertools.count(1)
 
@@ -170,41 +179,40 @@ class _Resubmitter:
     def _submit(self, target: _Target, chunk: SpooledChunk) -> None:
         adapter, pc = self.pool.adapter_for(target.record)
         chunk_id = f"retry-{self.run_id}-chunk-{next(self._chunks):06d}"
-        lines = read_lines(chunk)
-        ids = list(chunk.read_ids())
-        try:
-            raw = adapter.submit_chunk(chunk_id, [orjson.loads(line) for line in lines], pc)
-            result = adapter.parse_submission_result(raw)
-        except Exception as exc:
-            raise CollectorError(
-                f"resubmitting {len(lines)} request(s) to {pc.provider} failed "
-                f"({one_sentence(exc, adapter)}); the batches already resubmitted have receipts, "
-                "run 'mmirage retry' again for the rest"
-            ) from None
-        origins = sorted({target.origins.pop(cid, "") for cid, _, _ in ids} - {""})
-        # Shard fields are null: a retry chunk may hold requests of every shard.
-        receipt = chunk_receipt(
-            pc,
-            chunk,
-            lines,
-            ids,
-            chunk_id=chunk_id,
-            batch_id=result.provider_batch_id,
-            status=result.status,
-            raw=redact(raw, adapter.credentials.values()),
-            modality=target.record.modality,
-            processor=target.record.processor or "batch_api",
-            run_id=self.run_id,
-            shard_id=None,
-            num_shards=None,
-            pipeline_id=self.stamp[0],
-            fingerprint=self.stamp[1],
+        requests = [orjson.loads(line) for line in read_lines(chunk)]
+        origins = sorted({target.origins.pop(cid, "") for cid, _, _ in chunk.read_ids()} - {""})
+        modality = target.record.modality
+        receipts = receipt_path(
+            receipt_base(pc, str(self.state_dir)), modality or "text", self.run_id
         )
-        receipt["retry_of"] = origins
-        base = receipt_base(pc, str(self.state_dir))
-        append_receipt(receipt_path(base, target.record.modality or "text", self.run_id), receipt)
-        chunk.done_path.write_bytes(orjson.dumps(receipt))
-        self.report.new_batches.append(result.provider_batch_id)
+
+        def create_and_record() -> str:
+            try:
+                raw = self.creator.create(adapter, pc, chunk, chunk_id, requests, retry_of=origins)
+                adapter.parse_submission_result(raw)
+            except Exception as exc:
+                raise CollectorError(
+                    f"resubmitting {len(requests)} request(s) to {pc.provider} failed "
+                    f"({one_sentence(exc, adapter)}); the batches already resubmitted have "
+                    "receipts, run 'mmirage retry' again for the rest"
+                ) from None
+            receipt = retry_receipt(
+                adapter,
+                pc,
+                chunk,
+                raw,
+                chunk_id=chunk_id,
+                modality=modality,
+                processor=target.record.processor or "batch_api",
+                run_id=self.run_id,
+                stamp=self.stamp,
+                retry_of=origins,
+            )
+            record_receipt(chunk, receipt, receipts)
+            return str(receipt["provider_batch_id"])
+
+        # In a thread a stop does not cut short: the batch it creates gets its receipt.
+        self.report.new_batches.append(run_through_stop(create_and_record))
 
 
 def _lines(chunk: SpooledChunk, wanted: set[str]) -> Iterable[tuple[str, int, int, bytes]]:

@@ -10,9 +10,11 @@ before the runner checkpoints their rows, so a killed shard loses none: a resume
 the chunks that have no ``.done``, writes the receipts a kill left unwritten, and knows the
 custom_ids already spooled for the rows it will process again (never spooled twice).
 
-A chunk closes when the next request would push it past ``max_bytes`` (newlines not counted,
-exact equality fits, as the original) or it holds ``max_requests``. A request larger than
-``max_bytes`` alone is ``isolate``-d in a chunk of its own or ``reject``-ed with an error.
+A chunk closes when the next request would push it past ``max_bytes`` or it holds
+``max_requests`` (``llm_kit``'s ``BatchLimits.admits``, the rule of both chunk planners):
+``max_bytes`` is the uploaded file's size, so each line counts with its newline and exact
+equality fits. A request whose line alone is larger is ``isolate``-d in a chunk of its own or
+``reject``-ed with an error.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from llm_kit.batch.backend import BatchLimits
 
 _CHUNK = re.compile(r"^chunk-(\d{6})\.jsonl$")
 
@@ -37,7 +41,7 @@ class SpooledChunk:
     number: int
     path: Path  # the .jsonl of request lines
     count: int = 0
-    bytes: int = 0
+    bytes: int = 0  # the chunk file's size: its lines with their newlines
     oversized: bool = False
     flush_reason: str = ""
 
@@ -94,7 +98,7 @@ class ChunkSpool:
                 if source_index >= from_index:
                     self.spooled.add(custom_id)
                 chunk.count += 1
-            chunk.bytes = chunk.path.stat().st_size - chunk.count
+            chunk.bytes = chunk.path.stat().st_size
             if not chunk.done_path.exists() and chunk.count:
                 pending.append(chunk)
             elif chunk.done_path.exists() and not chunk.receipted_path.exists():
@@ -114,15 +118,16 @@ class ChunkSpool:
         closed: list[SpooledChunk] = []
         lines: list[bytes] = []
         ids: list[str] = []
+        limits = BatchLimits(self.max_requests, self.max_bytes)
         for custom_id, source_index, dataset, line in requests:
-            size = len(line) - 1
+            size = len(line)
             if size > self.max_bytes:
                 if self.policy == "reject":
                     self._write(lines, ids)
                     raise OversizedRequestError(
-                        f"the request '{custom_id}' is {size} bytes, more than max_chunk_bytes "
-                        f"({self.max_bytes}); raise max_chunk_bytes, shorten the prompt or "
-                        "images, or set oversized_request_policy: isolate"
+                        f"the request '{custom_id}' is {size} bytes (with its newline), more "
+                        f"than max_chunk_bytes ({self.max_bytes}); raise max_chunk_bytes, "
+                        "shorten the prompt or images, or set oversized_request_policy: isolate"
                     )
                 self._write(lines, ids)
                 lines, ids = [], []
@@ -134,10 +139,7 @@ class ChunkSpool:
                 closed += self._close("oversized_request")
                 continue
             current = self._open
-            if current is not None and (
-                current.bytes + size > self.max_bytes
-                or (self.max_requests is not None and current.count >= self.max_requests)
-            ):
+            if current is not None and not limits.admits(current.count, current.bytes, line):
                 self._write(lines, ids)
                 lines, ids = [], []
                 closed += self._close("full_chunk")
