@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -769,7 +770,8 @@ def check(
         sys.exit(batch_check(cfg, path, metadata_paths, wait, poll_interval))
     if metadata_paths or wait or poll_interval is not None:
         _fail("--metadata-path, --wait and --poll-interval apply to batch_api configs only", 2)
-    if cfg.execution_params.mode == "slurm":
+    if cfg.execution_params.mode == "slurm" and (retry_failed or shutil.which("sbatch")):
+        # Without SLURM here (say, on a laptop holding the state folder) the plain table below.
         from mmirage.slurm_cli import check_on_slurm
 
         sys.exit(check_on_slurm(cfg, path, retry_failed, yes))
