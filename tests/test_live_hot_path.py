@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,3 +125,10 @@ async def test_a_process_that_tuned_its_own_gc_keeps_its_settings(emulator: Any)
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_importing_llm_kit_leaves_rich_for_the_progress_bar() -> None:
+    # rich costs ~2 MB of every live run's resident memory; only a bar needs it.
+    probe = "import sys, llm_kit\nprint('rich' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
