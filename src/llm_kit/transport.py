@@ -65,8 +65,7 @@ class HttpTransport:
         try:
             async with session.post(self.base_url + path, data=orjson.dumps(body)) as response:
                 raw = await response.read()
-                status = response.status
-                return status, response.headers, self._body(status, raw) if status >= 400 else raw
+                return response.status, response.headers, self._body(response.status, raw)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise self._provider_error(exc, None) from None
 
