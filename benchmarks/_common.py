@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -13,6 +15,18 @@ from typing import Any
 def peak_rss_mb() -> float:
     """This process's peak resident set size, in MB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_child(argv: list[str]) -> tuple[str, float]:
+    """Run a child process to its end: (its stdout, its peak RSS in MB, from wait4)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, argv, out)
+    return out, usage.ru_maxrss / 1024
 
 
 def run_async(main: Coroutine[Any, Any, None]) -> None:

@@ -1,51 +1,64 @@
-"""batch_to_jsonl vs a minimal raw aiohttp worker pool, same emulator, concurrency 256.
+"""llm_kit's live sinks vs a minimal raw aiohttp worker pool, side by side in one run.
 
-Target: ours >= 85 % of the raw pool's items/s. Runs alternate (raw, ours, raw, ours, ...) so
-that drift on this shared machine hits both sides alike; the medians are compared.
+Three pairings, each client in its own process, the raw pool on the same event loop as ours:
+``batch_to_jsonl`` on the default loop, ``batch_stream`` on the default loop, ``batch_to_jsonl``
+on uvloop (which the ``mmirage`` CLI uses). The server is nginx answering a fixed chat
+completion (so that it costs ~nothing), or the emulator when nginx is not installed. Runs
+alternate (raw, ours, raw, ours, ...) so that drift on a shared machine hits both alike; the
+medians are compared. Target: ours >= 1.0x the raw pool in every pairing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
-import aiohttp
-import orjson
+from _common import report, run_child
+from _nginx import fixed_answer_server
 
-from _common import report, run_async
-from llm_kit import LLM, BatchConfig, BatchItem, Message
-from llm_kit.emulator import EmulatorConfig, running_emulator
+PAIRINGS = (("jsonl", "asyncio"), ("stream", "asyncio"), ("jsonl", "uvloop"))
+TARGET = 1.0
 
 
-async def raw_pool(base_url: str, n: int, concurrency: int) -> float:
-    """The floor of client overhead: N posts, `concurrency` workers, one shared session."""
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(n):
-        queue.put_nowait(i)
-    headers = {"Authorization": "Bearer sk-bench", "Content-Type": "application/json"}
+async def raw_pool(base_url: str, n: int, concurrency: int, out: str) -> int:
+    """The floor of client overhead: `concurrency` workers over one shared session, orjson both
+    ways, one line per answer (a buffered file)."""
+    import aiohttp
+    import orjson
+
     url = base_url + "/chat/completions"
+    headers = {"Authorization": "Bearer sk-bench", "Content-Type": "application/json"}
+    rows = iter(range(n))
+    written = 0
+    with open(out, "wb") as sink:
 
-    async def worker(session: aiohttp.ClientSession) -> None:
-        while not queue.empty():
-            i = queue.get_nowait()
-            body = orjson.dumps(
-                {"model": "m", "messages": [{"role": "user", "content": f"row {i}"}]}
-            )
-            async with session.post(url, data=body, headers=headers) as response:
-                orjson.loads(await response.read())
+        async def worker(session: aiohttp.ClientSession) -> None:
+            nonlocal written
+            for i in rows:
+                body = orjson.dumps(
+                    {"model": "m", "messages": [{"role": "user", "content": f"row {i}"}]}
+                )
+                async with session.post(url, data=body, headers=headers) as response:
+                    answer = orjson.loads(await response.read())
+                line = {"id": f"item-{i:07d}", "response": answer["choices"][0]["message"]}
+                sink.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
+                written += 1
 
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
-        return n / (time.perf_counter() - started)
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    return written
 
 
-async def ours(base_url: str, n: int, concurrency: int, out: Path) -> float:
-    out.unlink(missing_ok=True)
+async def ours(sink: str, base_url: str, n: int, concurrency: int, out: str) -> int:
+    from llm_kit import LLM, BatchConfig, BatchItem, Message
+
     llm = LLM(
         model="m",
         base_url=base_url,
@@ -53,46 +66,106 @@ async def ours(base_url: str, n: int, concurrency: int, out: Path) -> float:
         config=BatchConfig(worker_concurrency=concurrency),
     )
     items = (BatchItem(f"item-{i:07d}", [Message.user(f"row {i}")]) for i in range(n))
-    started = time.perf_counter()
-    written = await llm.batch_to_jsonl(items, out)
-    elapsed = time.perf_counter() - started
-    await llm.aclose()
-    assert written == n
-    return n / elapsed
+    if sink == "jsonl":
+        return await llm.batch_to_jsonl(items, out)
+    count = 0
+    async for result in llm.batch_stream(items):
+        count += result.ok
+    return count
 
 
-async def main() -> None:
+def child(client: str, loop: str, base_url: str, n: int, concurrency: int, out: str) -> None:
+    """One measured run in this process; prints items/s."""
+    work = (
+        raw_pool(base_url, n, concurrency, out)
+        if client == "raw"
+        else ours(client, base_url, n, concurrency, out)
+    )
+    started, cpu_started = time.perf_counter(), time.process_time()
+    if loop == "uvloop":
+        import uvloop
+
+        done = uvloop.run(work)
+    else:
+        done = asyncio.run(work)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    assert done == n, f"{client}: {done} of {n} items"
+    print(f"{n / elapsed:.1f} {cpu / n * 1e6:.2f}")
+
+
+class Run(NamedTuple):
+    rate: float  # items/s
+    cpu_us: float  # CPU time of the client per item: steadier than rates on a busy machine
+    rss_mb: float  # the child's peak RSS (wait4)
+
+
+def measure(client: str, loop: str, base_url: str, n: int, concurrency: int, tmp: str) -> Run:
+    out = str(Path(tmp) / f"{client}-{loop}.jsonl")
+    Path(out).unlink(missing_ok=True)
+    argv = [sys.executable, __file__, "--child", client, loop, base_url, str(n), str(concurrency)]
+    stdout, rss = run_child([*argv, out])
+    Path(out).unlink(missing_ok=True)
+    rate, cpu_us = stdout.split()[-2:]
+    return Run(float(rate), float(cpu_us), rss)
+
+
+def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--items", type=int, default=20_000)
+    parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--emulator-workers", type=int, default=1)
+    parser.add_argument("--pairings", default=",".join(f"{s}/{lp}" for s, lp in PAIRINGS))
+    parser.add_argument("--child", nargs=6, metavar=("CLIENT", "LOOP", "URL", "N", "C", "OUT"))
     args = parser.parse_args()
-    config = EmulatorConfig(workers=args.emulator_workers)
-    with running_emulator(config, subprocess=True) as emu, tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out.jsonl"
-        await raw_pool(emu.openai_base_url, 2000, args.concurrency)  # warm-up
-        raw_runs, our_runs = [], []
-        for _ in range(args.rounds):
-            raw_runs.append(await raw_pool(emu.openai_base_url, args.items, args.concurrency))
-            our_runs.append(await ours(emu.openai_base_url, args.items, args.concurrency, out))
-    raw, mine = sorted(raw_runs)[len(raw_runs) // 2], sorted(our_runs)[len(our_runs) // 2]
+    if args.child:
+        client, loop, url, n, concurrency, out = args.child
+        child(client, loop, url, int(n), int(concurrency), out)
+        return
+    pairings = [tuple(p.split("/")) for p in args.pairings.split(",")]
+    rows: list[tuple[str, str]] = []
+    with fixed_answer_server() as (base_url, server), tempfile.TemporaryDirectory() as tmp:
+        measure("raw", "asyncio", base_url, 5_000, args.concurrency, tmp)  # warm-up
+        for sink, loop in pairings:
+            raw_runs: list[Run] = []
+            our_runs: list[Run] = []
+            for _ in range(args.rounds):
+                raw_runs.append(measure("raw", loop, base_url, args.items, args.concurrency, tmp))
+                our_runs.append(measure(sink, loop, base_url, args.items, args.concurrency, tmp))
+            raw = statistics.median(r.rate for r in raw_runs)
+            mine = statistics.median(r.rate for r in our_runs)
+            raw_cpu = statistics.median(r.cpu_us for r in raw_runs)
+            our_cpu = statistics.median(r.cpu_us for r in our_runs)
+            name = f"batch_{sink if sink == 'stream' else 'to_jsonl'} on {loop}"
+            rows += [
+                (
+                    f"{name}: raw pool",
+                    f"{raw:7,.0f} items/s {raw_cpu:5.1f} µs CPU/item  ({_runs(raw_runs)})",
+                ),
+                (
+                    f"{name}: llm_kit",
+                    f"{mine:7,.0f} items/s {our_cpu:5.1f} µs CPU/item  "
+                    f"({_runs(our_runs)}; peak RSS {max(r.rss_mb for r in our_runs):.1f} MB)",
+                ),
+                (
+                    f"{name}: ratio",
+                    f"{mine / raw:.3f}  (target >= {TARGET}; CPU per item "
+                    f"raw/ours {raw_cpu / our_cpu:.3f})",
+                ),
+            ]
+            print(
+                f"  {name}: ratio {mine / raw:.3f}, CPU raw/ours {raw_cpu / our_cpu:.3f}",
+                flush=True,
+            )
     report(
         f"live overhead: {args.items:,} items, concurrency {args.concurrency}, "
-        f"emulator workers {args.emulator_workers}",
-        [
-            (
-                "raw aiohttp pool",
-                f"{raw:,.0f} items/s  (runs: {', '.join(f'{r:,.0f}' for r in raw_runs)})",
-            ),
-            (
-                "llm_kit batch_to_jsonl",
-                f"{mine:,.0f} items/s  (runs: {', '.join(f'{r:,.0f}' for r in our_runs)})",
-            ),
-            ("ratio ours/raw", f"{mine / raw:.2f}  (target >= 0.85)"),
-        ],
+        f"{args.rounds} alternating rounds, server: {server}",
+        rows,
     )
 
 
+def _runs(runs: list[Run]) -> str:
+    return "runs: " + ", ".join(f"{r.rate:,.0f}" for r in runs)
+
+
 if __name__ == "__main__":
-    run_async(main())
+    main()

@@ -16,9 +16,9 @@ from pydantic import BaseModel
 from llm_kit import jsonl
 from llm_kit.backends import Backend, HttpBackend, LocalBackend
 from llm_kit.batch.api import BatchAPI
+from llm_kit.delivery import delivered
 from llm_kit.dialect_choice import check_structured_output, dialect_choice
 from llm_kit.errors import (
-    BatchItemFailed,
     CompletionError,
     ConfigError,
     ItemError,
@@ -28,7 +28,6 @@ from llm_kit.errors import (
 )
 from llm_kit.pacing import backoff_delay, estimate_tokens
 from llm_kit.pipeline import Items, run_pool
-from llm_kit.progress import ProgressBar
 from llm_kit.providers import MESSAGE_FORMATS, get_codec
 from llm_kit.ratelimit import RateLimiter
 from llm_kit.schema import parse_response, response_schema
@@ -173,6 +172,10 @@ class LLM(BatchAPI):
     async def run_item(self, item: BatchItem) -> BatchResult:
         """Send one item with retries, pacing and validation; never raises for the item's
         own failure (it becomes the result's error), only for a fatal one (a rejected key)."""
+        return await self._run_item(item)
+
+    async def _run_item(self, item: BatchItem) -> BatchResult:
+        """``run_item`` inside a call that already holds the connections (the sinks' pool)."""
         backend = self._get_backend()
         config = self.config
         sampling = {**self.sampling, **item.sampling} if item.sampling else self.sampling
@@ -247,9 +250,10 @@ class LLM(BatchAPI):
     ) -> AsyncIterator[BatchResult]:
         """Yield a BatchResult per item as each completes (completion order, not input order)."""
         # aclosing: a consumer that stops early closes the pool (and its connections) at once.
-        async with aclosing(self._results(items, progress=progress)) as results:
-            async for result in results:
-                yield result
+        async with aclosing(self._results(items, progress=progress)) as batches:
+            async for batch in batches:
+                for result in batch:
+                    yield result
 
     async def batch_to_jsonl(
         self,
@@ -278,10 +282,10 @@ class LLM(BatchAPI):
         skip_ids = checkpoint.done - checkpoint.retryable if retry_failed else checkpoint.done
         written = 0
         with jsonl.JsonlWriter(out) as writer:
-            async for _ in self._results(
-                items, progress=progress, skip=skip_ids, record=writer.write
+            async for batch in self._results(
+                items, progress=progress, skip=skip_ids, record=writer.write_many
             ):
-                written += 1
+                written += len(batch)
         retried = checkpoint.retryable & checkpoint.done if retry_failed else set()
         if retried:
             jsonl.drop_superseded(out, retried)
@@ -296,43 +300,37 @@ class LLM(BatchAPI):
     ) -> int:
         """Call ``callback(result)`` (sync or async) for each result; return how many."""
         count = 0
-        async for result in self._results(items, progress=progress):
-            outcome = callback(result)
-            if inspect.isawaitable(outcome):
-                await outcome
-            count += 1
+        async with aclosing(self._results(items, progress=progress)) as batches:
+            async for batch in batches:
+                for result in batch:
+                    outcome = callback(result)
+                    if inspect.isawaitable(outcome):
+                        await outcome
+                    count += 1
         return count
 
     @closes_after_stream
-    async def _results(
+    def _results(
         self,
         items: Items,
         *,
         progress: bool,
         skip: set[str] | None = None,
-        record: Callable[[BatchResult], None] | None = None,
-    ) -> AsyncGenerator[BatchResult, None]:
-        """The core loop shared by the sinks: pool, progress, recording, fail-fast."""
+        record: Callable[[list[BatchResult]], None] | None = None,
+    ) -> AsyncGenerator[list[BatchResult], None]:
+        """The core loop shared by the sinks: the results that completed together, recorded,
+        counted and checked (llm_kit.delivery)."""
         config = self.config
         total = max(0, len(items) - len(skip or ())) if isinstance(items, Sized) else None
-        skip_fn = (lambda item: item.id in skip) if skip else None
         pool = run_pool(
             items,
-            self.run_item,
+            self._run_item,
             workers=config.worker_concurrency,
             buffer_size=config.input_buffer_size,
-            skip=skip_fn,
+            skip=(lambda item: item.id in skip) if skip else None,
         )
-        # aclosing: stopping early (or fail-fast) stops the workers before the pool closes.
-        async with aclosing(pool) as results:
-            with ProgressBar(total, enabled=progress) as bar:
-                async for result in results:
-                    if record is not None:
-                        record(result)
-                    bar.advance(result.ok)
-                    if not result.ok and config.on_failure == "raise":
-                        raise BatchItemFailed(result.id, result.error or "unknown error")
-                    yield result
+        fail_fast = config.on_failure == "raise"
+        return delivered(pool, total=total, progress=progress, record=record, fail_fast=fail_fast)
 
 
 def require_key(message_format: str) -> str:

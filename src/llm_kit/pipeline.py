@@ -1,30 +1,81 @@
-"""The live pipeline's core loop: a fixed pool of workers over a bounded input buffer.
+"""The live pipeline's core loop: a fixed pool of workers, results handed over in batches.
 
 There is no task per item and no list of pending items, so memory is
-O(worker_concurrency + input_buffer_size) whatever the number of items: a feeder reads the
-source into a bounded queue, ``worker_concurrency`` workers take from it, and results leave
-through a small bounded queue in completion order.
+O(worker_concurrency + input_buffer_size) whatever the number of items. ``worker_concurrency``
+workers take items straight from a plain iterable (an async one goes through a feeder and a
+bounded buffer of ``input_buffer_size``: two tasks cannot share one async generator), and the
+consumer takes every result that is ready at once: one wake-up, and for the JSONL sink one
+write, per completion batch rather than per item.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+)
 from typing import Any
 
 from llm_kit.types import BatchItem, BatchResult
 
 Items = Iterable[BatchItem] | AsyncIterable[BatchItem]
-_DONE = object()  # a worker has finished
+_END = object()  # the async feeder's last word to each worker
 
 
-class _Failed:
-    """The item source or a worker raised: the consumer re-raises the exception."""
+class _Outbox:
+    """Results waiting for the consumer. Workers stop adding at ``limit`` until it takes them
+    (a slow consumer holds the pool back instead of piling results up)."""
 
-    __slots__ = ("error",)
+    __slots__ = ("_loop", "_room", "_wakeup", "error", "finished", "limit", "ready")
 
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
+    def __init__(self, limit: int) -> None:
+        self.ready: list[BatchResult] = []
+        self.limit = limit
+        self.finished = 0  # workers that have ended
+        self.error: BaseException | None = None
+        self._loop = asyncio.get_running_loop()
+        self._wakeup: asyncio.Future[None] | None = None
+        self._room: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        waiter = self._wakeup
+        if waiter is not None:
+            self._wakeup = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def put(self, result: BatchResult) -> None:
+        self.ready.append(result)
+        self.wake()
+        while len(self.ready) >= self.limit:
+            if self._room is None:
+                self._room = self._loop.create_future()
+            await self._room
+
+    def fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+        self.wake()
+
+    async def take(self, workers: int) -> list[BatchResult]:
+        """Every result ready now (waiting for one); [] when all workers have ended."""
+        while not self.ready:
+            if self.error is not None:
+                raise self.error
+            if self.finished >= workers:
+                return []
+            self._wakeup = self._loop.create_future()
+            await self._wakeup
+        batch, self.ready = self.ready, []
+        room, self._room = self._room, None
+        if room is not None and not room.done():
+            room.set_result(None)
+        return batch
 
 
 async def run_pool(
@@ -34,51 +85,47 @@ async def run_pool(
     workers: int,
     buffer_size: int,
     skip: Callable[[BatchItem], bool] | None = None,
-) -> AsyncGenerator[BatchResult, None]:
-    """Yield ``process(item)`` for every item (not skipped), as the results complete."""
-    inbox: asyncio.Queue[Any] = asyncio.Queue(maxsize=buffer_size)
-    outbox: asyncio.Queue[Any] = asyncio.Queue(maxsize=workers)
+) -> AsyncGenerator[list[BatchResult], None]:
+    """Yield ``process(item)`` for every item (not skipped), in batches of the results that
+    completed together, in completion order."""
+    outbox = _Outbox(limit=workers)
+    tasks: list[asyncio.Task[None]] = []
 
-    async def feed() -> None:
+    async def work(source: Iterator[BatchItem] | asyncio.Queue[Any]) -> None:
         try:
-            if isinstance(items, AsyncIterable):
-                async for item in items:
-                    if skip is None or not skip(item):
-                        await inbox.put(item)
+            if isinstance(source, asyncio.Queue):
+                while (item := await source.get()) is not _END:
+                    await outbox.put(await process(item))
             else:
-                for item in items:
+                for item in source:  # shared by all workers: each next() hands out one item
                     if skip is None or not skip(item):
-                        await inbox.put(item)
+                        await outbox.put(await process(item))
+        except Exception as exc:  # the source's own error, or a fatal one (a rejected API key)
+            outbox.fail(exc)
+        finally:
+            outbox.finished += 1
+            outbox.wake()
+
+    async def feed(source: AsyncIterable[BatchItem], inbox: asyncio.Queue[Any]) -> None:
+        try:
+            async for item in source:
+                if skip is None or not skip(item):
+                    await inbox.put(item)
         except Exception as exc:  # the source's own error: report it, do not swallow it
-            await outbox.put(_Failed(exc))
+            outbox.fail(exc)
         for _ in range(workers):
-            await inbox.put(_DONE)
+            await inbox.put(_END)
 
-    async def work() -> None:
-        while True:
-            item = await inbox.get()
-            if item is _DONE:
-                await outbox.put(_DONE)
-                return
-            try:
-                result = await process(item)
-            except Exception as exc:  # fatal for the whole run (e.g. a rejected API key)
-                await outbox.put(_Failed(exc))
-                return
-            await outbox.put(result)
-
-    tasks = [asyncio.create_task(feed())]
-    tasks += [asyncio.create_task(work()) for _ in range(workers)]
-    finished = 0
+    source: Iterator[BatchItem] | asyncio.Queue[Any]
+    if isinstance(items, AsyncIterable):
+        source = asyncio.Queue(maxsize=buffer_size)
+        tasks.append(asyncio.create_task(feed(items, source)))
+    else:
+        source = iter(items)
+    tasks += [asyncio.create_task(work(source)) for _ in range(workers)]
     try:
-        while finished < workers:
-            out = await outbox.get()
-            if out is _DONE:
-                finished += 1
-            elif isinstance(out, _Failed):
-                raise out.error
-            else:
-                yield out
+        while batch := await outbox.take(workers):
+            yield batch
     finally:
         for task in tasks:
             task.cancel()

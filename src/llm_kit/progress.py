@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class ProgressBar:
@@ -32,6 +25,17 @@ class ProgressBar:
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         if enabled:
+            # Imported here: rich costs every run without a bar ~2 MB and ~20 ms of start-up.
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),

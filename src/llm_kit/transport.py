@@ -41,6 +41,7 @@ class HttpTransport:
         self.base_url = base_url.rstrip("/")
         self._headers = {**_JSON, **headers}
         self.secrets: tuple[str, ...] = credential_values(headers)
+        self._where = redact_text(self.base_url, self.secrets)  # for error texts, once
         self._max_connections = max_connections
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._session: aiohttp.ClientSession | None = None
@@ -60,10 +61,13 @@ class HttpTransport:
     async def post_json(self, path: str, body: Any) -> tuple[int, Mapping[str, str], bytes]:
         """The live hot path: POST a JSON body, read the whole answer."""
         session = self._session or self._open()
-        with self._errors():
+        # try/except rather than the _errors() context manager: one generator less per request.
+        try:
             async with session.post(self.base_url + path, data=orjson.dumps(body)) as response:
                 raw = await response.read()
                 return response.status, response.headers, self._body(response.status, raw)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._provider_error(exc, None) from None
 
     async def request(
         self,
@@ -124,30 +128,28 @@ class HttpTransport:
         """aiohttp's exceptions → ProviderError (retryable: the request never got an answer).
 
         Messages are redacted: aiohttp's own may quote a URL with a ``key=`` parameter."""
-        where = redact_text(self.base_url, self.secrets)
         try:
             yield
-        except TimeoutError:
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._provider_error(exc, timeout) from None
+
+    def _provider_error(
+        self, exc: TimeoutError | aiohttp.ClientError, timeout: float | None
+    ) -> ProviderError:
+        where = self._where
+        if isinstance(exc, TimeoutError):
             seconds = timeout or self._timeout.total or 0
-            raise ProviderError(
-                f"no answer from {where} within {seconds:g} s",
-                kind="timeout",
-                retryable=True,
-            ) from None
-        except aiohttp.ClientConnectionError as exc:
-            raise ProviderError(
-                f"connection to {where} failed ({type(exc).__name__}: "
-                f"{redact_text(str(exc), self.secrets)})",
-                kind="connection_error",
-                retryable=True,
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise ProviderError(
-                f"HTTP error talking to {where} ({type(exc).__name__}: "
-                f"{redact_text(str(exc), self.secrets)})",
-                kind="http_error",
-                retryable=True,
-            ) from None
+            return ProviderError(
+                f"no answer from {where} within {seconds:g} s", kind="timeout", retryable=True
+            )
+        why = f"{type(exc).__name__}: {redact_text(str(exc), self.secrets)}"
+        if isinstance(exc, aiohttp.ClientConnectionError):
+            return ProviderError(
+                f"connection to {where} failed ({why})", kind="connection_error", retryable=True
+            )
+        return ProviderError(
+            f"HTTP error talking to {where} ({why})", kind="http_error", retryable=True
+        )
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -224,7 +224,9 @@ class BatchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     worker_concurrency: int = Field(64, ge=1, description="requests in flight at once")
-    input_buffer_size: int = Field(1024, ge=1, description="items read ahead of the workers")
+    input_buffer_size: int = Field(
+        1024, ge=1, description="items of an async iterable read ahead of the workers"
+    )
     on_failure: Literal["record", "raise"] = Field(
         "record", description="record: a failed item becomes BatchResult(error=...); raise: stop"
     )
