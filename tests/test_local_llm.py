@@ -50,7 +50,10 @@ def test_quickstart_labels_the_reviews(tmp_path: Path) -> None:
     command = [str(mmirage)] if mmirage.exists() else [sys.executable, "-m", "mmirage"]
     run = subprocess.run(
         [*command, "run", "examples/quickstart/config.yaml"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert run.returncode == 0, run.stderr
     from datasets import load_from_disk
