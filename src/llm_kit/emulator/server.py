@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from llm_kit import loops
 from llm_kit.emulator import anthropic_api, batch_routes, gemini_api, models_api, openai_api
 from llm_kit.emulator.config import EmulatorConfig
 from llm_kit.emulator.family import json_response
@@ -112,15 +113,8 @@ async def _serve_until_signal(
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
-    """Run ``main`` on uvloop when it is installed (about 25% less CPU per request)."""
-    try:
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(main)
+    """Run ``main`` on uvloop when it is installed."""
+    loops.run(main)
 
 
 def serve(

@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llm_kit import loops
 from mmirage.core.loader import DatasetShard, open_datasets, plan_shard
 from mmirage.core.process.base import Processor, RunContext
 from mmirage.core.shard.journal import ResultJournal
@@ -114,7 +115,7 @@ def run_shard(
     processors write their requests there instead of submitting them. ``retry_rows``: in a
     published shard, compute again the rows that failed for a retryable reason (``row_retry``).
     """
-    return asyncio.run(
+    return loops.run(
         arun_shard(
             config,
             shard_id,
