@@ -34,9 +34,16 @@ from mmirage.core.shard.disk import writing
 from mmirage.core.shard.integrity import Fingerprint, describe
 from mmirage.core.shard.integrity import damage as integrity_damage
 from mmirage.core.shard.recovery import Locate, fits, salvage, scan_part
-from mmirage.core.shard.state import COUNTERS, atomic_write_json
 from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import FORMATS, Format, iter_jsonl, iter_rows, write_dataset
+from mmirage.rundir import (
+    COUNTERS,
+    atomic_write_json,
+    checkpoint_path,
+    part_path,
+    published_path,
+    shard_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -120,15 +127,15 @@ class ShardOutput:
         self, output_dir: str, shard_id: int, num_shards: int, output_format: Format = "jsonl"
     ) -> None:
         self.dir = Path(os.path.expanduser(output_dir))
-        self.name = f"shard-{shard_id}-of-{num_shards}"
+        self.name = shard_name(shard_id, num_shards)
         self.format = output_format
-        self.part = self.dir / ".parts" / f"{self.name}.jsonl"
-        self.checkpoint_path = self.dir / ".parts" / f"{self.name}.ckpt.json"
+        self.part = part_path(self.dir, self.name)
+        self.checkpoint_path = checkpoint_path(self.dir, self.name)
         self._file: IO[bytes] | None = None
 
     def path_for(self, fmt: Format) -> Path:
         """Where this shard is published in ``fmt`` (HF: a directory; else one file)."""
-        return self.dir / (self.name if fmt == "hf" else f"{self.name}.{fmt}")
+        return published_path(self.dir, self.name, fmt)
 
     @property
     def published(self) -> Path:

@@ -27,10 +27,11 @@ import orjson
 from mmirage.core.loader import DatasetShard, Row
 from mmirage.core.shard.output import Checkpoint, ShardOutput
 from mmirage.core.shard.reading import row_by_key
-from mmirage.core.shard.retry_marker import RETRY, Marker, read_marker
-from mmirage.core.shard.rows import ROW_KEY, USAGE, RowWorker
+from mmirage.core.shard.retry_marker import Marker, read_marker
+from mmirage.core.shard.rows import RowWorker
 from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import iter_rows
+from mmirage.rundir import RETRY, ROW_KEY, USAGE
 
 logger = logging.getLogger(__name__)
 

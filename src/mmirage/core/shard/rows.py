@@ -18,15 +18,14 @@ from mmirage.core.process.variables import RowError, VariableExtractor, image_ur
 from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.progress import RowCount
 from mmirage.core.shard.reading import Item
-from mmirage.core.shard.retry_marker import RETRY, retry_marker
+from mmirage.core.shard.retry_marker import retry_marker
 from mmirage.core.writer.renderer import OutputRenderer, is_placeholder
+from mmirage.rundir import ERRORS, RETRY, ROW_KEY, USAGE, VARS
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
     from mmirage.config.processing import OutputVar
     from mmirage.config.processors import ProcessorConfig
-
-ROW_KEY, ERRORS, USAGE, VARS = "__row_key__", "__errors__", "__usage__", "__vars__"
 
 
 def processor_key(processor: ProcessorConfig) -> str:

@@ -47,22 +47,27 @@ from mmirage.core.shard.published import verified_finished
 from mmirage.core.shard.reading import Item, rows_from, source_offsets
 from mmirage.core.shard.recovery import locator
 from mmirage.core.shard.row_retry import retry_failed_rows
-from mmirage.core.shard.rows import ERRORS, ROW_KEY, RowWorker, processor_key
+from mmirage.core.shard.rows import RowWorker, processor_key
 from mmirage.core.shard.state import (
-    COUNTERS,
     HEARTBEAT_EVERY_S,
     RUNNING,
     SUCCESS,
     ShardConflictError,
     ShardStatus,
-    fingerprint,
     is_stale,
-    pipeline_id,
     shard_lock,
-    status_path,
 )
 from mmirage.core.shard.stop import interruption
 from mmirage.core.shard.tally import tally
+from mmirage.rundir import (
+    COUNTERS,
+    ERRORS,
+    ROW_KEY,
+    fingerprint,
+    journal_path,
+    pipeline_id,
+    status_path,
+)
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -311,7 +316,7 @@ def _stats(report: ShardReport) -> dict[str, Any]:
 
 
 def _journal_path(out: ShardOutput) -> Any:
-    return out.part.with_name(out.part.name.removesuffix(".jsonl") + ".journal.jsonl")
+    return journal_path(out.part)
 
 
 def _journal(out: ShardOutput, fp: str) -> ResultJournal:

@@ -30,8 +30,7 @@ from jinja2 import Template, Undefined, meta, nodes
 from mmirage.config.templates import strings_in
 from mmirage.core.process.prompts import compile_template, jinja_environment, render_template
 from mmirage.core.process.variables import RowError
-
-PLACEHOLDER_PREFIX = "__BATCH_SUBMITTED__:"
+from mmirage.rundir import PLACEHOLDER_PREFIX
 
 _BARE = re.compile(r"^\s*\{\{-?\s*([^\W\d]\w*(?:\.[^\W\d]\w*)*)\s*-?\}\}\s*$")
 # Jinja literals look like names but are constants: they render as text.

@@ -44,6 +44,7 @@ from mmirage.core.process.batch.receipts import (
 )
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
 from mmirage.core.process.batch.store_lock import exclusive
+from mmirage.rundir import fingerprint, pipeline_dir, pipeline_id, results_store_path
 
 if TYPE_CHECKING:
     from mmirage.config.batch_provider import BatchProviderConfig
@@ -59,13 +60,11 @@ LOOKUP_FAILED = "lookup_failed"
 
 def pipeline_state_dir(config: MMirageConfig) -> Path:
     """The pipeline's state folder, where the processor put spools and default receipts."""
-    from mmirage.core.shard.state import status_path
-
-    return status_path(config, 0).parent.parent
+    return pipeline_dir(config)
 
 
 def store_path(config: MMirageConfig) -> Path:
-    return pipeline_state_dir(config) / "batch" / "results.sqlite"
+    return results_store_path(config)
 
 
 @contextlib.contextmanager
@@ -148,8 +147,6 @@ def require_batches(scan: ReceiptScan, paths: Sequence[str] = ()) -> None:
 
 def pipeline_key(config: MMirageConfig) -> tuple[str, str]:
     """``(pipeline_id, fingerprint)``: what a receipt must carry to belong to ``config``."""
-    from mmirage.core.shard.state import fingerprint, pipeline_id
-
     return pipeline_id(config), fingerprint(config)
 
 

@@ -15,6 +15,7 @@ from mmirage.config.errors import ConfigError
 from mmirage.config.models import MMirageConfig
 from mmirage.config.processors import BatchApiProcessorConfig
 from mmirage.core.process.batch.receipts import batch_processors
+from mmirage.rundir import pipeline_dir
 
 
 def check_dry_run_allowed(config: MMirageConfig) -> None:
@@ -38,9 +39,7 @@ def check_dry_run_allowed(config: MMirageConfig) -> None:
 
 def dry_run_config(config: MMirageConfig, workdir: Path) -> MMirageConfig:
     """``config`` with outputs and state under ``workdir``; receipts where real ones go."""
-    from mmirage.core.shard.state import status_path
-
-    real_state = status_path(config, 0).parent.parent
+    real_state = pipeline_dir(config)
     processors = [
         _with_receipts_at(p, real_state) if isinstance(p, BatchApiProcessorConfig) else p
         for p in config.processors

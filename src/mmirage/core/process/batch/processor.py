@@ -50,6 +50,7 @@ from mmirage.core.process.batch.receipts import (
 from mmirage.core.process.batch.registry import BatchAdapterRegistry
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
 from mmirage.core.writer.renderer import make_placeholder
+from mmirage.rundir import batch_spool_dir
 
 logger = logging.getLogger(__name__)
 
@@ -89,11 +90,8 @@ class BatchApiProcessor:
             self.export_path.touch()  # fail now, not after the first chunk, on a bad path
         self.base = receipt_base(self.provider_config, context.state_dir)
         name = config.name or config.type
-        self._root = (
-            Path(context.state_dir)
-            / ("batch-dry-run" if self.dry_run else "batch")
-            / name
-            / f"shard-{context.shard_id}-of-{context.num_shards}"
+        self._root = batch_spool_dir(
+            context.state_dir, name, context.shard_id, context.num_shards, dry_run=self.dry_run
         )
         if context.fresh and self._root.exists():
             # --recompute: what earlier runs spooled was built from another configuration;

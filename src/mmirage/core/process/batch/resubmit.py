@@ -48,6 +48,7 @@ from mmirage.core.process.batch.receipts import (
 )
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
+from mmirage.rundir import retry_lock_path
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -224,9 +225,7 @@ def _retry_lock(config: MMirageConfig) -> Iterator[None]:
     failures."""
     import fcntl
 
-    from mmirage.core.shard.state import status_path
-
-    path = status_path(config, 0).parent.parent / "batch" / "retry.lock"
+    path = retry_lock_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as lock:
         try:

@@ -21,17 +21,16 @@ from mmirage.core.process.batch.receipts import MODALITIES
 from mmirage.core.process.batch.results_store import SUCCEEDED, Outcome
 from mmirage.core.process.variables import RowError
 from mmirage.core.writer.renderer import (
-    PLACEHOLDER_PREFIX,
     find_placeholders,
     is_placeholder,
     render_failed_columns,
     render_value,
 )
+from mmirage.rundir import ERRORS, PLACEHOLDER_PREFIX, USAGE, VARS
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
-ROW_KEY, ERRORS, USAGE, VARS = "__row_key__", "__errors__", "__usage__", "__vars__"
 INVALID = "invalid"  # a result that came back but is not valid JSON for its schema
 _PREFIX_LEN = len(PLACEHOLDER_PREFIX)
 
