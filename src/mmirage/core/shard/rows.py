@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from mmirage.core.loader import BadRow, DatasetShard
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor
-from mmirage.core.process.prompts import render_prompt
-from mmirage.core.process.variables import RowError, VariableExtractor, image_urls
+from mmirage.core.render.prompts import render_prompt
+from mmirage.core.render.renderer import OutputRenderer, is_placeholder
+from mmirage.core.render.variables import RowError, VariableExtractor, image_urls
 from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.progress import RowCount
 from mmirage.core.shard.reading import Item
 from mmirage.core.shard.retry_marker import retry_marker
-from mmirage.core.writer.renderer import OutputRenderer, is_placeholder
 from mmirage.rundir import ERRORS, RETRY, ROW_KEY, USAGE, VARS
 
 if TYPE_CHECKING:

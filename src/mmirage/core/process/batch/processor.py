@@ -49,7 +49,7 @@ from mmirage.core.process.batch.receipts import (
 )
 from mmirage.core.process.batch.registry import BatchAdapterRegistry
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
-from mmirage.core.writer.renderer import make_placeholder
+from mmirage.core.render.renderer import make_placeholder
 from mmirage.rundir import batch_spool_dir
 
 logger = logging.getLogger(__name__)

@@ -19,13 +19,13 @@ from llm_kit.schema import parse_response
 from mmirage.core.process.batch.payload import custom_id_for
 from mmirage.core.process.batch.receipts import MODALITIES
 from mmirage.core.process.batch.results_store import SUCCEEDED, Outcome
-from mmirage.core.process.variables import RowError
-from mmirage.core.writer.renderer import (
+from mmirage.core.render.renderer import (
     find_placeholders,
     is_placeholder,
     render_failed_columns,
     render_value,
 )
+from mmirage.core.render.variables import RowError
 from mmirage.rundir import ERRORS, PLACEHOLDER_PREFIX, USAGE, VARS
 
 if TYPE_CHECKING:
