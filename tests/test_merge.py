@@ -14,16 +14,16 @@ import pytest
 
 from mmirage.config import load_mmirage_config
 from mmirage.config.models import MMirageConfig
-from mmirage.core.process.base import OutputRequest, OutputResult
-from mmirage.core.shard import run_shard
-from mmirage.core.writer.formats import infer_schema, write_dataset
-from mmirage.core.writer.merge import (
+from mmirage.core.merge.shards import (
     IncompleteShardsError,
     human_seconds,
     merge_config,
     merge_dir,
     stats_report,
 )
+from mmirage.core.process.base import OutputRequest, OutputResult
+from mmirage.core.shard import run_shard
+from mmirage.core.writer.formats import infer_schema, write_dataset
 
 ROWS = 7
 SHARDS = 3

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mmirage.core.merge.merged_output import write_merged
+from mmirage.core.merge.row_rebuild import INVALID
 from mmirage.core.process.batch.adapter import COMPLETED, FAILED, IN_PROGRESS, UNKNOWN
 from mmirage.core.process.batch.collector import (
     LOOKUP_FAILED,
@@ -49,7 +51,6 @@ from mmirage.core.process.batch.cost import (
     usage_cost,
 )
 from mmirage.core.process.batch.fetching import FetchReport, fetch_terminal
-from mmirage.core.process.batch.merged_output import write_merged
 from mmirage.core.process.batch.resubmit import retry_failed
 from mmirage.core.process.batch.results_store import (
     CANCELED,
@@ -59,12 +60,11 @@ from mmirage.core.process.batch.results_store import (
     SUCCEEDED,
 )
 from mmirage.core.process.batch.results_store import FAILED as REQUEST_FAILED
-from mmirage.core.process.batch.row_rebuild import INVALID
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
+    from mmirage.core.merge.row_rebuild import MergeTotals
     from mmirage.core.process.batch.results_store import BatchRecord
-    from mmirage.core.process.batch.row_rebuild import MergeTotals
 
 _STATUS_ORDER = (COMPLETED, IN_PROGRESS, FAILED, UNKNOWN, LOOKUP_FAILED)
 _COUNT_ORDER = ("succeeded", "errored", "expired", "canceled", "processing")

@@ -11,7 +11,8 @@
 4. ``fetching.fetch_terminal`` downloads every terminal batch not fetched yet into the store
    (partial results of expired or canceled batches included), checked against the batch's own
    counts — once: a terminal batch never changes;
-5. ``merged_output.merged_rows`` streams the published shards in order (dataset 0 shards
+5. ``mmirage.core.merge.merged_output.merged_rows`` (not this package: merging reads the
+   published shards) streams the published shards in order (dataset 0 shards
    0..n-1, dataset 1, ...) and ``row_rebuild.RowBuilder`` rebuilds each row from its
    ``__vars__``: its own placeholders replaced by the results (JSON outputs parsed and
    validated), ``output_schema`` rendered again, so a merged row is what a live ``llm`` run
