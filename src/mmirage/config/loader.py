@@ -25,6 +25,7 @@ from mmirage.config.errors import ConfigError
 from mmirage.config.execution import ExecutionParams
 from mmirage.config.loading import LoadingParams
 from mmirage.config.models import MMirageConfig, ProcessorSelectionError, select_processor
+from mmirage.config.plugins import load_provider_plugins
 from mmirage.config.processing import (
     OUTPUT_TYPES,
     BatchApiOutput,
@@ -38,6 +39,11 @@ from mmirage.config.processors import (
     BatchApiProcessorConfig,
     ImageGenProcessorConfig,
     ProcessorConfig,
+)
+from mmirage.config.provider_resolution import (
+    BatchProviderConfigRegistry,
+    UnknownBatchProviderError,
+    normalize_provider_name,
 )
 from mmirage.config.templates import TemplateProblem, strings_in, undeclared_names
 from mmirage.config.validation import build, describe_value, unknown_key_problem
@@ -161,14 +167,6 @@ def _processor(raw: Any, path: tuple[str | int, ...], source: str) -> ProcessorC
 def _batch_api_processor(
     raw: dict[str, Any], path: tuple[str | int, ...], source: str
 ) -> BatchApiProcessorConfig:
-    # Imported here: the registry lives in core/ and users register providers before loading.
-    from mmirage.core.process.batch.provider_resolution import (
-        BatchProviderConfigRegistry,
-        UnknownBatchProviderError,
-        normalize_provider_name,
-    )
-    from mmirage.core.process.batch.registry import load_provider_plugins
-
     # Plugins (entry points, MMIRAGE_BATCH_PROVIDERS) register their providers on import:
     # before the name is resolved, so the plain CLI knows them.
     try:
