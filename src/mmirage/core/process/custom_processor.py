@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
-from mmirage.core.process.base import OutputRequest, OutputResult
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
 
 if TYPE_CHECKING:
     from mmirage.config.processors import CustomProcessorConfig
@@ -134,7 +134,11 @@ class _PoolKilled(Exception):
     """The pool was killed on purpose (another row's hung call): calls caught in it run again."""
 
 
-class CustomProcessor:
+class CustomProcessor(Processor):
+    @classmethod
+    def from_config(cls, config: Any, context: RunContext | None = None) -> CustomProcessor:
+        return cls(config)  # a function of the row alone: nothing of the run to know
+
     def __init__(
         self, config: CustomProcessorConfig, *, hard_grace_s: float = _HARD_GRACE_S
     ) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
-from mmirage.core.process.base import OutputRequest, OutputResult
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor
 from mmirage.core.process.server_launcher import LaunchedServer, launch_server, pick_engine
 from mmirage.core.process.server_launcher import wants_server as _wants_server
 
@@ -110,7 +110,7 @@ def build_llm(config: LLMProcessorConfig, server: LaunchedServer | None = None) 
     )
 
 
-class LLMProcessor:
+class LLMProcessor(Processor):
     """One LLM for every output that names this processor; ``process`` runs a batch of rows
     concurrently (llm_kit's live pipeline: rate limits, retries, validation)."""
 

@@ -51,8 +51,7 @@ async def retry_failed_rows(
     try:
         count = await _recompute(worker, published, retried, group_rows)
         for proc in worker.procs.values():  # a batch_api processor submits what it spooled
-            finish = getattr(proc, "finish", None)
-            if finish is not None and (note := await finish()):
+            if note := await proc.finish():
                 notes.append(note)
         ckpt = _rewrite(out, published, retried, worker.journal.fingerprint)
     finally:

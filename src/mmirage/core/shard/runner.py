@@ -326,7 +326,7 @@ def _journal(out: ShardOutput, fp: str) -> ResultJournal:
 
 
 def _group_rows(config: MMirageConfig, procs: Mapping[str, Processor]) -> int:
-    wanted = [int(getattr(p, "group_rows", 1)) for p in procs.values()]
+    wanted = [int(p.group_rows) for p in procs.values()]
     return max([config.loading_params.batch_size, *wanted])
 
 
@@ -360,9 +360,7 @@ async def _run_dataset(
             r.start if ckpt.next_row_id is None else ckpt.next_row_id
         )
         for proc in procs.values():
-            resume_at = getattr(proc, "resume_at", None)
-            if resume_at is not None:
-                resume_at(first)
+            proc.resume_at(first)
     worker = RowWorker(config, shard, offsets, procs, journal, bar.count)
     # Two groups in flight: the next one is read and rendered while the current one's requests
     # are out, so request slots never idle during the CPU work between groups. (Concurrency
@@ -406,11 +404,9 @@ async def _run_dataset(
         while in_flight:
             await land_oldest()
         for proc in procs.values():
-            finish = getattr(proc, "finish", None)
-            if finish is not None:
-                note = await finish()
-                if note:
-                    report.notes.append(note)
+            note = await proc.finish()
+            if note:
+                report.notes.append(note)
         out.publish(ckpt)
     finally:
         bar.close()

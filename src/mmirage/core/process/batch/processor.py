@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from mmirage.core.process.base import OutputRequest, OutputResult, RunContext
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
 from mmirage.core.process.batch.cost import estimate_submission, register_price
 from mmirage.core.process.batch.intents import (
@@ -67,8 +67,14 @@ def export_file(path: str, run_id: str) -> Path:
     return Path(expanded) / f"exported_prompts.{run_id}.jsonl"
 
 
-class BatchApiProcessor:
+class BatchApiProcessor(Processor):
     journal_results = False  # the spool remembers every request (see base.py)
+
+    @classmethod
+    def from_config(cls, config: Any, context: RunContext | None = None) -> BatchApiProcessor:
+        if context is None:
+            raise ValueError("a batch_api processor needs the run's context")
+        return cls(config, context)
 
     def __init__(self, config: Any, context: RunContext) -> None:
         self.config = config
