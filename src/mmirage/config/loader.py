@@ -25,7 +25,7 @@ from mmirage.config.errors import ConfigError
 from mmirage.config.execution import ExecutionParams
 from mmirage.config.loading import LoadingParams
 from mmirage.config.models import MMirageConfig, ProcessorSelectionError, select_processor
-from mmirage.config.plugins import load_provider_plugins
+from mmirage.config.plugins import load_processor_plugins, load_provider_plugins
 from mmirage.config.processing import (
     OUTPUT_TYPES,
     BatchApiOutput,
@@ -98,6 +98,12 @@ def load_mmirage_config_dict(
     for key in _REQUIRED_SECTIONS:
         if key not in data:
             raise ConfigError(source, key, "is required")
+    # Plugins (entry points, MMIRAGE_PROCESSORS) register their processor types on import:
+    # before any type: is read, so the plain CLI knows them.
+    try:
+        load_processor_plugins()
+    except ImportError as exc:
+        raise ConfigError(source, "processors", str(exc)) from None
     expanded = expand_tree(data, env, source)
 
     processors = _processors(expanded["processors"], source)
