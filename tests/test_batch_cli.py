@@ -364,6 +364,27 @@ def test_prices_can_be_registered_and_read_from_a_file(
         cost.price_for("lab")
 
 
+def test_config_prices_travel_in_the_run_price_book_not_process_wide(
+    key: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    price = {"input": 2.0, "output": 4.0}
+    with running_emulator(EmulatorConfig()) as emu:
+        block = processor_block(emu, "openai", model="house-model-x", price_per_mtok=price)
+        config = make_config(tmp_path, emu, processor=block)
+        run_all(config)
+        assert cost.price_for("house-model-x") is None  # building the processor left no trace
+        assert batch_merge(config, str(tmp_path / "m.jsonl"), wait=True) == 0
+    printed = capsys.readouterr().out
+    tin, tout = (
+        int(n.replace(",", ""))
+        for n in printed.split("tokens: ")[1].split(" output")[0].split(" input, ")
+    )
+    assert f"cost: {cost.format_usd((tin * 2 + tout * 4) / 1e6)} at batch prices" in printed
+    assert cost.price_for("house-model-x") is None  # nor did the merge
+    book = cost.PriceBook.from_config(config)
+    assert book.usage_cost("house-model-x", 1_000_000, 1_000_000) == pytest.approx(6.0)
+
+
 def test_estimate_before_submission_counts_input_only() -> None:
     estimate = cost.estimate_submission("gpt-4o-mini", 4_000_000)
     assert estimate.input_tokens == 1_000_000

@@ -47,8 +47,6 @@ from mmirage.core.process.batch.cost import (
     PRICES_ENV,
     PriceFileError,
     format_usd,
-    register_config_prices,
-    usage_cost,
 )
 from mmirage.core.process.batch.fetching import FetchReport, fetch_terminal
 from mmirage.core.process.batch.resubmit import retry_failed
@@ -212,7 +210,6 @@ def batch_merge(
 ) -> int:
     """Fetch every finished batch, rebuild the dataset into ``output_path`` (one ordered JSONL
     file, written atomically) and print the run totals."""
-    register_config_prices(config)
     codes: list[int] = []
     with _one_sentence_errors(codes):
         paths = receipt_files(config, metadata_paths)
@@ -286,7 +283,7 @@ def _cost_line(totals: MergeTotals) -> str:
     known = 0.0
     unknown: list[str] = []
     for model, (tin, tout) in totals.tokens_by_model.items():
-        cost = usage_cost(model, tin, tout)
+        cost = totals.prices.usage_cost(model, tin, tout)
         if cost is None:
             unknown.append(model or "unknown model")
         else:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmirage.core.merge.row_rebuild import MergeTotals, RowBuilder
 from mmirage.core.merge.shards import config_shards
+from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.errors import CollectorError
 from mmirage.core.process.batch.results_store import ResultsStore
 from mmirage.core.writer.formats import FormatError, write_dataset
@@ -62,7 +63,7 @@ def write_merged(
         raise CollectorError(
             f"--output-path {dest} is one of the published shards it reads; choose another file"
         )
-    totals = MergeTotals()
+    totals = MergeTotals(prices=PriceBook.from_config(config))
     try:
         write_dataset(lambda: merged_rows(config, store, totals, shards), dest, "jsonl")
     except FormatError as exc:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from llm_kit.errors import ResponseValidationError
 from llm_kit.schema import parse_response
+from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.payload import custom_id_for
 from mmirage.core.process.batch.receipts import MODALITIES
 from mmirage.core.process.batch.results_store import SUCCEEDED, Outcome
@@ -46,6 +47,7 @@ class MergeTotals:
     output_tokens: int = 0
     usage_reported: bool = False
     tokens_by_model: dict[str, list[int]] = field(default_factory=dict)
+    prices: PriceBook = field(default_factory=PriceBook)  # the run's, to price the tokens
 
     def add_usage(self, model: str | None, outcome: Outcome) -> bool:
         if outcome.input_tokens is None and outcome.output_tokens is None:

@@ -31,7 +31,7 @@ import orjson
 
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
-from mmirage.core.process.batch.cost import estimate_submission, register_price
+from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.intents import (
     print_unsaved_receipt,
     read_intent,
@@ -121,10 +121,7 @@ class BatchApiProcessor(Processor):
         self._schemas: dict[str, dict[str, Any] | None] = {}
         self.submitted_batches = 0
         self.spooled_bytes = 0  # request bytes spooled by this run, for the cost estimate
-        price = self.provider_config.price_per_mtok
-        model = getattr(self.provider_config, "model", None)
-        if price and model:
-            register_price(model, price["input"], price["output"])
+        self.prices = PriceBook.from_providers([self.provider_config])
 
     # -- the Processor protocol ------------------------------------------------------------
 
@@ -176,7 +173,7 @@ class BatchApiProcessor(Processor):
         if not self.spooled_bytes:
             return None
         model = str(getattr(self.provider_config, "model", self.provider_config.provider))
-        estimate = estimate_submission(model, self.spooled_bytes)
+        estimate = self.prices.estimate_submission(model, self.spooled_bytes)
         self.spooled_bytes = 0
         return f"{'exported' if self.dry_run else 'submitted'} {estimate.describe()}"
 
