@@ -19,7 +19,7 @@ from llm_kit.schema import parse_response
 from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.payload import custom_id_for
 from mmirage.core.process.batch.receipts import MODALITIES
-from mmirage.core.process.batch.results_store import SUCCEEDED, Outcome
+from mmirage.core.process.batch.results_store import SUCCEEDED, RequestOutcome
 from mmirage.core.render.renderer import (
     find_placeholders,
     is_placeholder,
@@ -49,7 +49,7 @@ class MergeTotals:
     tokens_by_model: dict[str, list[int]] = field(default_factory=dict)
     prices: PriceBook = field(default_factory=PriceBook)  # the run's, to price the tokens
 
-    def add_usage(self, model: str | None, outcome: Outcome) -> bool:
+    def add_usage(self, model: str | None, outcome: RequestOutcome) -> bool:
         if outcome.input_tokens is None and outcome.output_tokens is None:
             return False
         tin, tout = outcome.input_tokens or 0, outcome.output_tokens or 0
@@ -103,7 +103,7 @@ class RowBuilder:
         self,
         row: dict[str, Any],
         pending: Sequence[tuple[str, str]],
-        outcomes: Mapping[str, Outcome],
+        outcomes: Mapping[str, RequestOutcome],
         totals: MergeTotals,
     ) -> dict[str, Any]:
         """``row`` rebuilt in place; ``pending`` is ``self.pending(row)``."""
@@ -139,7 +139,7 @@ class RowBuilder:
         totals.rows_with_errors += bool(errors)
         return row
 
-    def _value(self, name: str, outcome: Outcome) -> tuple[str, Any]:
+    def _value(self, name: str, outcome: RequestOutcome) -> tuple[str, Any]:
         """(state, value) for a usable result, else (state, the reason for ``__errors__``)."""
         if not outcome.ok:
             return outcome.state, outcome.reason()
