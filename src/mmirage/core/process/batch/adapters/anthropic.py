@@ -9,7 +9,8 @@ from llm_kit.batch.job import JobState, ProviderBatch
 from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
 from mmirage.config.batch_provider import AnthropicBatchConfig
 from mmirage.core.process.batch.adapter import COMPLETED, FAILED
-from mmirage.core.process.batch.adapters._common import LlmKitBatchAdapter, sampling_of
+from mmirage.core.process.batch.adapters._common import LlmKitBatchAdapter
+from mmirage.core.process.batch.adapters.wire import sampling_of
 
 _CUSTOM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
