@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mmirage.config.processing import InputVar
+from mmirage.config.processing_params import InputVar
 from mmirage.core.render.prompts import compile_template, render_prompt
 from mmirage.core.render.renderer import (
     OutputRenderer,

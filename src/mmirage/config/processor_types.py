@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmirage.config.processing import OUTPUT_TYPES
+from mmirage.config.processing_params import OUTPUT_TYPES
 from mmirage.config.processors import PROCESSOR_TYPES
 
 

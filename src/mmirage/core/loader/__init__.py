@@ -30,7 +30,7 @@ from mmirage.core.loader.sharding import (
 )
 
 if TYPE_CHECKING:
-    from mmirage.config.loading import DatasetConfig
+    from mmirage.config.loading_params import DatasetConfig
 
 __all__ = [
     "BadRow",

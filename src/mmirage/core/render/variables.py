@@ -20,7 +20,7 @@ from mmirage.core.render.image_files import local_image_path
 from mmirage.core.render.row_error import RowError
 
 if TYPE_CHECKING:
-    from mmirage.config.processing import ProcessingParams
+    from mmirage.config.processing_params import ProcessingParams
 
 
 class InputSpec(Protocol):

@@ -24,7 +24,7 @@ from mmirage.rundir import ERRORS, RETRY, ROW_KEY, USAGE, VARS
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
-    from mmirage.config.processing import OutputVar
+    from mmirage.config.processing_params import OutputVar
     from mmirage.config.processors import ProcessorConfig
 
 

@@ -23,10 +23,10 @@ from typing import Any
 from mmirage.config.envvars import expand_tree, format_path
 from mmirage.config.errors import ConfigError
 from mmirage.config.execution import ExecutionParams
-from mmirage.config.loading import LoadingParams
+from mmirage.config.loading_params import LoadingParams
 from mmirage.config.models import MMirageConfig, ProcessorSelectionError, select_processor
 from mmirage.config.plugins import load_processor_plugins, load_provider_plugins
-from mmirage.config.processing import (
+from mmirage.config.processing_params import (
     OUTPUT_TYPES,
     BatchApiOutput,
     ImageGenOutput,
