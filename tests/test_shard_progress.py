@@ -80,9 +80,9 @@ async def test_rows_count_as_they_finish_not_per_group(tmp_path: Path) -> None:
 
 
 def worker_cursor() -> Any:
-    from mmirage.core.shard.output import Checkpoint
+    from mmirage.core.shard.output import ShardCheckpoint
 
-    return Checkpoint()
+    return ShardCheckpoint()
 
 
 async def test_the_bar_takes_the_counts_at_its_own_pace() -> None:

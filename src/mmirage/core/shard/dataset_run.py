@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mmirage.core.loader import DatasetShard
 from mmirage.core.process.base import Processor
 from mmirage.core.shard.journal import ResultJournal
-from mmirage.core.shard.output import Checkpoint, ShardOutput
+from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.progress import RowProgress
 from mmirage.core.shard.reading import Item, rows_from
 from mmirage.core.shard.recovery import locator
@@ -51,7 +51,7 @@ async def run_dataset(
     procs: Mapping[str, Processor],
     status: ShardStatus,
     report: ShardReport,
-) -> Checkpoint:
+) -> ShardCheckpoint:
     """Run ``shard`` (one dataset of the shard) from its checkpoint to its published file."""
     rows_per_group = group_rows(config, procs)
     ckpt = out.open(fp, locator(shard))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mmirage.core.shard.output import Checkpoint
+from mmirage.core.shard.output import ShardCheckpoint
 from mmirage.rundir import COUNTERS
 
 
@@ -24,7 +24,7 @@ class ShardReport:
     notes: list[str] = field(default_factory=list)  # processors' summaries (cost estimates...)
     first_row_error: str | None = None  # "<row key>: <reason>" of this run's first failed row
 
-    def add(self, ckpt: Checkpoint) -> None:
+    def add(self, ckpt: ShardCheckpoint) -> None:
         for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(ckpt, name))
 
