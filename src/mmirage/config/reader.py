@@ -4,10 +4,11 @@ Order: parse YAML → expand ``${VAR}`` in configuration values (not in template
 section (unknown keys, types, values) → cross-checks (processor selection, template variables)
 → defaults that depend on the file (``state_dir``).
 
-Paths: ``~`` is expanded; relative paths stay relative to the working directory, as in the
-original. ``loading_params.state_dir`` defaults to ``$XDG_CACHE_HOME/mmirage/state/<config
-stem>-<hash of the config's absolute path>`` (``~/.cache`` without XDG_CACHE_HOME), so two
-pipelines never share retry counts and statuses; a dict config hashes its content instead.
+Paths: ``~`` is expanded; relative paths stay relative to the working directory, where existing
+configs expect them. ``loading_params.state_dir`` defaults to
+``$XDG_CACHE_HOME/mmirage/state/<config stem>-<hash of the config's absolute path>``
+(``~/.cache`` without XDG_CACHE_HOME), so two pipelines never share retry counts and statuses; a
+dict config hashes its content instead.
 """
 
 from __future__ import annotations
@@ -315,7 +316,8 @@ def _check_processor_selection(
 
 
 def _check_templates(params: ProcessingParams, source: str) -> None:
-    """Every Jinja name must be an input or an earlier output (the original rendered "")."""
+    """Every Jinja name must be an input or an earlier output (rendering "" would hide a typo
+    in every row)."""
     known = [v.name for v in params.inputs]
     batch: list[str] = []  # batch_api outputs: their values exist only after merge
     for index, output in enumerate(params.outputs):

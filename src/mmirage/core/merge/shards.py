@@ -2,11 +2,11 @@
 
 A dataset's shards are what ``run`` publishes under its ``output_dir``: ``shard-<k>-of-<n>/``
 (HF ``save_to_disk``), ``shard-<k>-of-<n>.parquet`` or ``shard-<k>-of-<n>.jsonl``, in any mix
-(a shard published before ``output_format`` changed keeps its format). Unlike the original, a
-merge checks that all ``n`` shards are there and refuses an incomplete set unless asked
-(``allow_partial``): the original silently dropped missing shards. Rows are written in shard
+(a shard published before ``output_format`` changed keeps its format). A merge checks that all
+``n`` shards are there and refuses an incomplete set unless asked (``allow_partial``): a merged
+file silently missing shards would look complete. Rows are written in shard
 order and file order, which is the source order (shards are contiguous). ``merge_dir`` also
-accepts the original's ``shard_<k>/`` directories, so its outputs can be merged too.
+accepts the reference pipeline's ``shard_<k>/`` directories, so its outputs can be merged too.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``type: llm``: live generation through one ``llm_kit.LLM`` (an API, an OpenAI-compatible
 server through ``base_url``, or the embedded local model).
 
-Unlike the original (SGLang in-process, where a failed ``generate`` silently gave every row
-``""`` or ``{}``), each row's failure becomes that row's ``OutputResult.error``. A
+Each row's failure becomes that row's ``OutputResult.error``: a row never silently gets ``""``
+or ``{}``, so every failure is recorded and can be retried. A
 ``server_args.model_path`` with no ``base_url`` (and no ``message_format``) starts an SGLang or
 vLLM server for the shard (see ``server_launcher``), which ``aclose`` stops.
 """
@@ -223,7 +223,8 @@ def _to_output_result(result: Any) -> OutputResult:
         # JSON outputs: the validated answer as a dict keyed by the schema's own field names.
         out.value = result.response.model_dump(by_alias=True)
     else:
-        out.value = str(result.response).strip()  # plain outputs: stripped like the original
+        # Plain outputs are stripped, as the reference pipeline's outputs are.
+        out.value = str(result.response).strip()
     return out
 
 

@@ -1,10 +1,10 @@
 """Prompt rendering: Jinja2 with undefined names as row errors, one compiled template per text.
 
-Differences from the original (``jinja2.Template(prompt).render(**vars)`` on every row):
-an undefined name raises ``RowError`` instead of rendering ``""``, templates are compiled once,
-and an optional input's ``None`` renders as ``""`` rather than ``"None"``. Like the original,
-autoescape is off and one trailing newline of the template is dropped (Jinja's default), so a
-YAML ``prompt: |`` block does not end the prompt with ``\\n``.
+An undefined name raises ``RowError`` (a typo must not send an empty prompt, and pay for it),
+templates are compiled once, and an optional input's ``None`` renders as ``""`` rather than
+``"None"``. As in plain ``jinja2.Template(prompt).render(**vars)``, which existing prompts were
+written for, autoescape is off and one trailing newline of the template is dropped (Jinja's
+default), so a YAML ``prompt: |`` block does not end the prompt with ``\\n``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The output-schema renderer: a tree of Jinja strings + one row's variables → the saved row.
 
-Rules (the original's weak points fixed, see reference §3.7 and §7.6):
+Rules (see reference §3.7 and §7.6):
 
 * A string that is exactly ``{{ name }}`` or ``{{ name.field.sub }}`` (whitespace allowed) keeps
-  the value's Python type: str, int, float, bool, None, list, dict (the object itself, not a copy).
-  The original stringified int/float/bool/None and every attribute access.
+  the value's Python type: str, int, float, bool, None, list, dict (the object itself, not a copy),
+  so a JSON output's number stays a number in the saved row.
 * Any other string renders to ``str`` with the prompts' environment: an undefined name is a
-  ``RowError`` (the original rendered ``""``).
+  ``RowError`` (an empty string would hide the typo in every row).
 * Dicts and lists recurse; other values (YAML numbers, booleans, null) are kept as written.
 * A leaf whose template reads a ``batch_api`` output still pending (its value is the placeholder
   ``__BATCH_SUBMITTED__:<custom_id>``) is pending too: its value is that placeholder. Rendering is
@@ -137,7 +137,7 @@ class OutputRenderer:
     def render(
         self, variables: Mapping[str, Any], row: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        """The output row: schema keys over the original columns (unless ``remove_columns``)."""
+        """The output row: schema keys over the source columns (unless ``remove_columns``)."""
         out: dict[str, Any] = {} if self.remove_columns or row is None else dict(row)
         for key, node in self._tree.items():
             out[key] = _render(node, variables, f"output_schema.{key}")

@@ -1,7 +1,7 @@
 """A row's input variables: JMESPath lookups, images resolved to a path or a URL.
 
-A row that cannot yield its variables raises ``RowError``: only that row fails (the original
-failed the whole shard on one missing field or image).
+A row that cannot yield its variables raises ``RowError``: only that row fails, so one missing
+field or image does not cost the shard's other rows.
 """
 
 from __future__ import annotations

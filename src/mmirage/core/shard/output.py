@@ -10,7 +10,7 @@ Files, under the dataset's ``output_dir``:
   ``save_to_disk``, the original's format), ``shard-<k>-of-<n>.parquet`` or
   ``shard-<k>-of-<n>.jsonl``. JSONL is the part file renamed; the Arrow formats are converted
   from it in bounded batches into a temporary sibling that is renamed at the end. Either way
-  readers see the whole shard or nothing (the original had a window with no directory at all).
+  readers see the whole shard or nothing, never a moment with no shard at all.
 
 The part file stays JSONL whatever the output format: appending a line and truncating to a
 checkpoint is what makes resume cheap, and no Arrow format can be appended to like that.

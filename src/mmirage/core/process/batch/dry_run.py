@@ -1,8 +1,8 @@
 """``mmirage run --export-prompts``: the pipeline runs for real, but nothing is submitted.
 
 A dry run must leave no trace that a real run would trust: its shard outputs, status and
-spools go to a temporary folder (the original marked the shards ``success``, so a real run
-afterwards skipped them and submitted nothing). What it keeps is the export file and the
+spools go to a temporary folder (shards marked ``success`` by a dry run would make the real
+run skip them and submit nothing). What it keeps is the export file and the
 dry-run receipts, which stay where the real receipts go.
 """
 

@@ -12,7 +12,7 @@ Three tables (stdlib ``sqlite3``, writes in ``executemany`` batches of ``WRITE_B
   where its request lines are (``spool_path``, for ``retry``), its last known status, whether
   it was fetched, and the span of row numbers it holds;
 * ``requests`` — each request → the batch of its *latest* submission (a ``retry`` receipt is
-  newer than the original one, so it wins);
+  newer than the first one, so it wins);
 * ``results`` — each request → its latest outcome. A success is never replaced by a failure;
   a later success replaces an earlier one, a later failure an earlier failure ("merge takes the
   latest success per row").
