@@ -8,6 +8,7 @@ Layout, under ``loading_params.state_dir``::
 
     <pipeline id>/                       pipeline_dir
         shard_<k>/status.json            status_path (lifecycle: core/shard/state.py)
+        shard_<k>/lock                   shard_lock_path: held while a run has the shard
         batch/<processor>/shard-<k>-of-<n>/   batch spools of a batch_api processor
         batch/results.sqlite             the results store merge reads
         batch/retry.lock                 one batch resubmission at a time
@@ -182,6 +183,11 @@ def status_path(config: MMirageConfig, shard_id: int) -> Path:
     return shard_dir(config, shard_id) / "status.json"
 
 
+def shard_lock_path(config: MMirageConfig, shard_id: int) -> Path:
+    """The lock one run of a shard holds (``core/shard/state.shard_lock``)."""
+    return shard_dir(config, shard_id) / "lock"
+
+
 def batch_dir(state_dir: str | Path, *, dry_run: bool = False) -> Path:
     """Where batch_api processors keep spools and receipts, under a pipeline's state folder."""
     return Path(state_dir) / ("batch-dry-run" if dry_run else "batch")
@@ -251,6 +257,7 @@ __all__ = [
     "results_store_path",
     "retry_lock_path",
     "shard_dir",
+    "shard_lock_path",
     "shard_name",
     "status_path",
 ]

@@ -59,8 +59,9 @@ from mmirage.core.shard.stop import interruption
 from mmirage.rundir import (
     fingerprint,
     journal_path,
+    pipeline_dir,
     pipeline_id,
-    status_path,
+    shard_lock_path,
 )
 
 if TYPE_CHECKING:
@@ -119,12 +120,12 @@ async def arun_shard(
         raise ValueError(f"shard id must be between 0 and {lp.num_shards - 1}, got {shard_id}")
     # One run per shard at a time: two would both pay for every row and interleave their
     # lines in the part file. The lock dies with its process, so a killed run never blocks.
-    with shard_lock(status_path(config, shard_id).parent / "lock", shard_id):
+    with shard_lock(shard_lock_path(config, shard_id), shard_id):
         context = RunContext(
             run_id=run_id or current_run_id(),
             shard_id=shard_id,
             num_shards=lp.num_shards,
-            state_dir=str(status_path(config, shard_id).parent.parent),
+            state_dir=str(pipeline_dir(config)),
             export_prompts=export_prompts,
             fresh=force,
             pipeline_id=pipeline_id(config),

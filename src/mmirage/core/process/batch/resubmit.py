@@ -48,7 +48,7 @@ from mmirage.core.process.batch.receipts import (
 )
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
-from mmirage.rundir import retry_lock_path
+from mmirage.rundir import batch_dir, retry_lock_path
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -108,7 +108,7 @@ class _Resubmitter:
         self.report = report
         self.state_dir = pipeline_state_dir(config)
         self.stamp = pipeline_key(config)
-        self.root = self.state_dir / "batch" / f"retry-{run_id}"
+        self.root = batch_dir(self.state_dir) / f"retry-{run_id}"
         self._targets: dict[tuple[str, str], _Target] = {}
         self._chunks = itertools.count(1)
 
