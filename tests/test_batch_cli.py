@@ -347,9 +347,12 @@ def test_prices_match_snapshots_by_longest_prefix() -> None:
 def test_prices_can_be_registered_and_read_from_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cost, "_registered", {})  # registrations stay in this test
     cost.register_price("house-model", 1.0, 2.0)
-    assert cost.usage_cost("house-model-v2", 500_000, 250_000) == pytest.approx(1.0)
+    try:
+        assert cost.usage_cost("house-model-v2", 500_000, 250_000) == pytest.approx(1.0)
+    finally:
+        cost.unregister_price("house-model")  # registrations stay in this test
+    assert cost.price_for("house-model") is None
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({"gpt-4o-mini": [0.5, 1.5], "lab": {"input": 3, "output": 4}}))
     monkeypatch.setenv(cost.PRICES_ENV, str(prices))

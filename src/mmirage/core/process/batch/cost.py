@@ -94,6 +94,11 @@ def register_price(model: str, input_per_mtok: float, output_per_mtok: float) ->
     _registered[model.strip().lower()] = _checked(model, input_per_mtok, output_per_mtok)
 
 
+def unregister_price(model: str) -> None:
+    """Forget a price ``register_price`` added (the built-in and file prices stay)."""
+    _registered.pop(model.strip().lower(), None)
+
+
 def _checked(model: str, input_per_mtok: float, output_per_mtok: float) -> Price:
     if input_per_mtok < 0 or output_per_mtok < 0:
         raise ValueError(f"prices must not be negative (model {model!r})")
@@ -251,6 +256,7 @@ __all__ = [
     "price_for",
     "register_config_prices",
     "register_price",
+    "unregister_price",
     "usage_cost",
 ]
 
