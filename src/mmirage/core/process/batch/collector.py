@@ -43,6 +43,7 @@ from mmirage.core.process.batch.receipts import (
     read_receipts,
     resolve_receipt_paths,
 )
+from mmirage.core.process.batch.registry import BatchAdapterRegistry, load_provider_plugins
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
 from mmirage.core.process.batch.store_lock import exclusive
 from mmirage.rundir import fingerprint, pipeline_dir, pipeline_id, results_store_path
@@ -187,8 +188,6 @@ class AdapterPool:
     key fails only when that provider is actually needed)."""
 
     def __init__(self, config: MMirageConfig) -> None:
-        from mmirage.core.process.batch.registry import load_provider_plugins
-
         load_provider_plugins()
         self.config = config
         self._processors = {_key(p): p for p in batch_processors(config)}
@@ -220,8 +219,6 @@ class AdapterPool:
         key = _key(processor)
         adapter = self._adapters.get(key)
         if adapter is None:
-            from mmirage.core.process.batch.registry import BatchAdapterRegistry
-
             try:
                 adapter = BatchAdapterRegistry.create(processor.provider_config)
             except MissingCredentialsError as exc:
