@@ -21,23 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from _common import peak_rss_mb, report
+from mmirage.core.process.base import OutputResult, Processor
 
 
-class Shout:
+class Shout(Processor):
     """The trivial processor: the rendered prompt, upper-cased, with made-up token counts."""
 
     group_rows = 256
 
     async def process(self, output: Any, requests: Sequence[Any]) -> list[Any]:
-        from mmirage.core.process.base import OutputResult
-
         return [
             OutputResult(value=r.prompt.upper(), input_tokens=len(r.prompt) // 4, output_tokens=3)
             for r in requests
         ]
-
-    async def aclose(self) -> None:
-        pass
 
 
 def write_data(path: Path, n: int) -> None:

@@ -347,9 +347,12 @@ def test_prices_match_snapshots_by_longest_prefix() -> None:
 def test_prices_can_be_registered_and_read_from_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cost, "_registered", {})  # registrations stay in this test
     cost.register_price("house-model", 1.0, 2.0)
-    assert cost.usage_cost("house-model-v2", 500_000, 250_000) == pytest.approx(1.0)
+    try:
+        assert cost.usage_cost("house-model-v2", 500_000, 250_000) == pytest.approx(1.0)
+    finally:
+        cost.unregister_price("house-model")  # registrations stay in this test
+    assert cost.price_for("house-model") is None
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({"gpt-4o-mini": [0.5, 1.5], "lab": {"input": 3, "output": 4}}))
     monkeypatch.setenv(cost.PRICES_ENV, str(prices))
@@ -362,6 +365,27 @@ def test_prices_can_be_registered_and_read_from_a_file(
     monkeypatch.setenv(cost.PRICES_ENV, str(tmp_path / "nope.json"))
     with pytest.raises(cost.PriceFileError, match="cannot be read"):
         cost.price_for("lab")
+
+
+def test_config_prices_travel_in_the_run_price_book_not_process_wide(
+    key: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    price = {"input": 2.0, "output": 4.0}
+    with running_emulator(EmulatorConfig()) as emu:
+        block = processor_block(emu, "openai", model="house-model-x", price_per_mtok=price)
+        config = make_config(tmp_path, emu, processor=block)
+        run_all(config)
+        assert cost.price_for("house-model-x") is None  # building the processor left no trace
+        assert batch_merge(config, str(tmp_path / "m.jsonl"), wait=True) == 0
+    printed = capsys.readouterr().out
+    tin, tout = (
+        int(n.replace(",", ""))
+        for n in printed.split("tokens: ")[1].split(" output")[0].split(" input, ")
+    )
+    assert f"cost: {cost.format_usd((tin * 2 + tout * 4) / 1e6)} at batch prices" in printed
+    assert cost.price_for("house-model-x") is None  # nor did the merge
+    book = cost.PriceBook.from_config(config)
+    assert book.usage_cost("house-model-x", 1_000_000, 1_000_000) == pytest.approx(6.0)
 
 
 def test_estimate_before_submission_counts_input_only() -> None:

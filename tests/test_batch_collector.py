@@ -16,13 +16,14 @@ import pytest
 from llm_kit.emulator import EmulatorConfig, running_emulator
 from mmirage.config import load_mmirage_config_dict
 from mmirage.config.models import MMirageConfig
+from mmirage.core.merge.merged_output import write_merged
+from mmirage.core.merge.row_rebuild import MergeTotals, RowBuilder
 from mmirage.core.process.batch.collector import (
     open_store,
     receipt_files,
     scan_receipts,
     store_path,
 )
-from mmirage.core.process.batch.merged_output import write_merged
 from mmirage.core.process.batch.resubmit import retry_failed
 from mmirage.core.process.batch.results_store import (
     CANCELED,
@@ -35,7 +36,6 @@ from mmirage.core.process.batch.results_store import (
     Outcome,
     ResultsStore,
 )
-from mmirage.core.process.batch.row_rebuild import MergeTotals, RowBuilder
 from mmirage.core.shard.runner import run_shard
 
 KEY = "sk-collector-secret-4242"

@@ -155,7 +155,7 @@ import pytest
 from llm_kit.emulator import EmulatorConfig, running_emulator
 from llm_kit.emulator.runner import EmulatorHandle
 from mmirage.config import BatchApiProcessorConfig, load_mmirage_config
-from mmirage.core.process.batch import registry
+from mmirage.config.plugins import PROVIDER_PLUGINS
 from mmirage.core.process.batch.adapter import COMPLETED, MissingCredentialsError
 from mmirage.core.process.batch.provider_resolution import BatchProviderConfigRegistry
 from mmirage.core.process.batch.registry import BatchAdapterRegistry, load_provider_plugins
@@ -354,8 +354,8 @@ def test_a_plugin_named_in_the_environment_registers_the_provider(
         f"import importlib\n\nimportlib.import_module({__name__!r}).register_mistral()\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv(registry.PLUGIN_ENV, f" {plugin} ,")
-    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    monkeypatch.setenv(PROVIDER_PLUGINS.env, f" {plugin} ,")
+    monkeypatch.setattr(PROVIDER_PLUGINS, "loaded", False)
     try:
         load_provider_plugins()
         assert BatchAdapterRegistry.resolve("mistral") is MistralBatchAdapter
@@ -368,7 +368,7 @@ def test_a_plugin_named_in_the_environment_registers_the_provider(
 
 
 def test_a_plugin_that_fails_to_import_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(registry.PLUGIN_ENV, "no_such_mistral_plugin_module")
-    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    monkeypatch.setenv(PROVIDER_PLUGINS.env, "no_such_mistral_plugin_module")
+    monkeypatch.setattr(PROVIDER_PLUGINS, "loaded", False)
     with pytest.raises(ImportError, match="no_such_mistral_plugin_module"):
         load_provider_plugins()

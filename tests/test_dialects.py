@@ -30,7 +30,7 @@ from llm_kit.local import default_model_path
 from llm_kit.providers.openai import OpenAICodec
 from llm_kit.schema import response_schema
 from mmirage.config.errors import ConfigError as MmirageConfigError
-from mmirage.config.processing import LLMOutput
+from mmirage.config.processing_params import LLMOutput
 from mmirage.config.processors import LLMProcessorConfig
 from mmirage.config.validation import build
 from mmirage.core.process.base import OutputRequest

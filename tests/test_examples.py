@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from mmirage.config import load_mmirage_config
-from mmirage.config.processing import LLMOutput
+from mmirage.config.processing_params import LLMOutput
 from mmirage.config.processors import CustomProcessorConfig, LLMProcessorConfig
 
 REPO = Path(__file__).resolve().parents[1]

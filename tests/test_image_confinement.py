@@ -22,8 +22,8 @@ from llm_kit.errors import ItemError
 from llm_kit.images import MAX_IMAGE_BYTES, split_data_url
 from llm_kit.providers.anthropic import AnthropicCodec
 from llm_kit.types import ImagePart, Message
-from mmirage.config.processing import InputVar, ProcessingParams
-from mmirage.core.process.variables import RowError, VariableExtractor, resolve_image
+from mmirage.config.processing_params import InputVar, ProcessingParams
+from mmirage.core.render.variables import RowError, VariableExtractor, resolve_image
 
 KEY = "sk-image-test-LEAK-5c81f0a2"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mmirage.config.loading import DatasetConfig
+from mmirage.config.loading_params import DatasetConfig
 from mmirage.core.loader import (
     BadRow,
     DataError,

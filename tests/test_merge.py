@@ -14,23 +14,23 @@ import pytest
 
 from mmirage.config import load_mmirage_config
 from mmirage.config.models import MMirageConfig
-from mmirage.core.process.base import OutputRequest, OutputResult
-from mmirage.core.shard import run_shard
-from mmirage.core.writer.formats import infer_schema, write_dataset
-from mmirage.core.writer.merge import (
+from mmirage.core.merge.shards import (
     IncompleteShardsError,
     human_seconds,
     merge_config,
     merge_dir,
     stats_report,
 )
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor
+from mmirage.core.shard import run_shard
+from mmirage.core.writer.formats import infer_schema, write_dataset
 
 ROWS = 7
 SHARDS = 3
 FAIL_KEY = "0::5"  # this row's output fails: a row with __errors__ and null schema columns
 
 
-class Echo:
+class Echo(Processor):
     async def process(self, output: Any, requests: Sequence[OutputRequest]) -> list[OutputResult]:
         return [
             OutputResult(error="scripted failure", input_tokens=1)

@@ -14,11 +14,11 @@ import pytest
 
 from mmirage.config import load_mmirage_config_dict
 from mmirage.config.errors import ConfigError
+from mmirage.core.merge.shards import merge_dir
 from mmirage.core.shard import runner
 from mmirage.core.shard.output import ShardOutput
 from mmirage.core.writer import formats
 from mmirage.core.writer.formats import BATCH_ROWS, Format, iter_rows
-from mmirage.core.writer.merge import merge_dir
 
 FP = "fingerprint-1"
 FAILED_ROW = BATCH_ROWS + 100  # its __errors__ dict first appears in the second read batch

@@ -12,7 +12,7 @@ import pytest
 from llm_kit import MissingAPIKeyError
 from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
 from mmirage.config.errors import ConfigError
-from mmirage.config.processing import CustomOutput, LLMOutput
+from mmirage.config.processing_params import CustomOutput, LLMOutput
 from mmirage.config.processors import (
     CustomProcessorConfig,
     ImageGenProcessorConfig,

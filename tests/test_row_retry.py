@@ -19,7 +19,7 @@ import yaml
 
 from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
 from mmirage.config import load_mmirage_config_dict
-from mmirage.core.process.base import OutputRequest, OutputResult
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor
 from mmirage.core.shard import run_shard
 
 ROWS = 150
@@ -128,7 +128,7 @@ def test_retry_pays_only_for_the_failed_outputs_of_a_storm(tmp_path: Path) -> No
 # -- which failures are retried, through run_shard ----------------------------------------------
 
 
-class FlakyProcessor:
+class FlakyProcessor(Processor):
     """Echoes the prompt; rows listed in ``flaky`` fail retryably (429) the first time only,
     rows in ``refused`` always fail for good (400)."""
 

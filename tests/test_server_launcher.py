@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from mmirage.config.errors import ConfigError
-from mmirage.config.processing import LLMOutput
+from mmirage.config.processing_params import LLMOutput
 from mmirage.config.processors import LLMProcessorConfig
 from mmirage.config.validation import build
 from mmirage.core.process.base import OutputRequest

@@ -10,14 +10,14 @@ from typing import Any
 
 from mmirage.config import load_mmirage_config_dict
 from mmirage.core.loader import open_datasets, plan_shard
-from mmirage.core.process.base import OutputRequest, OutputResult
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor
 from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.progress import RowCount, RowProgress
 from mmirage.core.shard.reading import rows_from, source_offsets
 from mmirage.core.shard.rows import RowWorker
 
 
-class Streaming:
+class Streaming(Processor):
     """Answers one request at a time, noting how many rows the worker counted done after
     each answer of each output; row 2's first output fails."""
 
@@ -80,9 +80,9 @@ async def test_rows_count_as_they_finish_not_per_group(tmp_path: Path) -> None:
 
 
 def worker_cursor() -> Any:
-    from mmirage.core.shard.output import Checkpoint
+    from mmirage.core.shard.output import ShardCheckpoint
 
-    return Checkpoint()
+    return ShardCheckpoint()
 
 
 async def test_the_bar_takes_the_counts_at_its_own_pace() -> None:

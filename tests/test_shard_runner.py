@@ -24,7 +24,7 @@ ROWS = 10
 MISSING_TEXT = 4  # this row has no "text": a RowError for that row only
 
 
-class FakeProcessor:
+class FakeProcessor(Processor):
     """Echoes the prompt (JSON outputs: a dict); scripted row failures and a scripted crash."""
 
     def __init__(self, *, fail_keys: Sequence[str] = (), raise_on_call: int | None = None):

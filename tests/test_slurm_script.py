@@ -11,7 +11,7 @@ import pytest
 
 from mmirage.config.errors import ConfigError
 from mmirage.config.execution import ExecutionParams
-from mmirage.config.loader import load_mmirage_config_dict
+from mmirage.config.reader import load_mmirage_config_dict
 from mmirage.executors.slurm_client import parse_rows
 from mmirage.executors.slurm_script import JobSpec, array_spec, render_job_script, task_log
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llm_kit.emulator import EmulatorConfig, running_emulator
-from mmirage.core.writer.merge import stats_report
+from mmirage.core.merge.shards import stats_report
 from test_batch_collector import KEY, make_config, run_all
 
 

@@ -11,17 +11,9 @@ from typing import Any
 
 import pytest
 
-from mmirage.config.processing import InputVar
-from mmirage.core.process.prompts import compile_template, render_prompt
-from mmirage.core.process.variables import (
-    RowError,
-    VariableExtractor,
-    compile_key,
-    extract_variables,
-    image_urls,
-    resolve_image,
-)
-from mmirage.core.writer.renderer import (
+from mmirage.config.processing_params import InputVar
+from mmirage.core.render.prompts import compile_template, render_prompt
+from mmirage.core.render.renderer import (
     OutputRenderer,
     fill_placeholders,
     find_placeholders,
@@ -30,6 +22,14 @@ from mmirage.core.writer.renderer import (
     render_row,
     render_value,
     schema_variables,
+)
+from mmirage.core.render.variables import (
+    RowError,
+    VariableExtractor,
+    compile_key,
+    extract_variables,
+    image_urls,
+    resolve_image,
 )
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
@@ -346,7 +346,7 @@ def test_bad_schema_fails_when_built_not_per_row() -> None:
 
 def test_optional_comes_from_the_config() -> None:
     from mmirage.config import load_mmirage_config_dict
-    from mmirage.core.process.variables import VariableExtractor
+    from mmirage.core.render.variables import VariableExtractor
 
     config = load_mmirage_config_dict(
         {

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mmirage.core.merge.merged_output import write_merged
+from mmirage.core.merge.row_rebuild import INVALID
 from mmirage.core.process.batch.adapter import COMPLETED, FAILED, IN_PROGRESS, UNKNOWN
 from mmirage.core.process.batch.collector import (
     LOOKUP_FAILED,
@@ -45,11 +47,8 @@ from mmirage.core.process.batch.cost import (
     PRICES_ENV,
     PriceFileError,
     format_usd,
-    register_config_prices,
-    usage_cost,
 )
 from mmirage.core.process.batch.fetching import FetchReport, fetch_terminal
-from mmirage.core.process.batch.merged_output import write_merged
 from mmirage.core.process.batch.resubmit import retry_failed
 from mmirage.core.process.batch.results_store import (
     CANCELED,
@@ -59,12 +58,11 @@ from mmirage.core.process.batch.results_store import (
     SUCCEEDED,
 )
 from mmirage.core.process.batch.results_store import FAILED as REQUEST_FAILED
-from mmirage.core.process.batch.row_rebuild import INVALID
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
+    from mmirage.core.merge.row_rebuild import MergeTotals
     from mmirage.core.process.batch.results_store import BatchRecord
-    from mmirage.core.process.batch.row_rebuild import MergeTotals
 
 _STATUS_ORDER = (COMPLETED, IN_PROGRESS, FAILED, UNKNOWN, LOOKUP_FAILED)
 _COUNT_ORDER = ("succeeded", "errored", "expired", "canceled", "processing")
@@ -212,7 +210,6 @@ def batch_merge(
 ) -> int:
     """Fetch every finished batch, rebuild the dataset into ``output_path`` (one ordered JSONL
     file, written atomically) and print the run totals."""
-    register_config_prices(config)
     codes: list[int] = []
     with _one_sentence_errors(codes):
         paths = receipt_files(config, metadata_paths)
@@ -286,7 +283,7 @@ def _cost_line(totals: MergeTotals) -> str:
     known = 0.0
     unknown: list[str] = []
     for model, (tin, tout) in totals.tokens_by_model.items():
-        cost = usage_cost(model, tin, tout)
+        cost = totals.prices.usage_cost(model, tin, tout)
         if cost is None:
             unknown.append(model or "unknown model")
         else:

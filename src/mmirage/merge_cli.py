@@ -2,7 +2,7 @@
 
 Exit codes: 0 done; 1 shards missing (or unreadable); 2 a configuration or usage error, or an
 output path that cannot be written (a file in the way, no permission). The merge logic lives in
-``mmirage.core.writer.merge``, imported inside the commands so that ``mmirage --help`` does not
+``mmirage.core.merge.shards``, imported inside the commands so that ``mmirage --help`` does not
 load pyarrow or datasets.
 """
 
@@ -27,7 +27,7 @@ from mmirage.cli_support import (
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
-    from mmirage.core.writer.merge import MergeResult
+    from mmirage.core.merge.shards import MergeResult
 
 _FORMAT = click.Choice(["hf", "jsonl", "parquet"], case_sensitive=False)
 _FORMAT_HELP = "hf: a datasets save_to_disk directory (the original's format), or one file."
@@ -58,7 +58,7 @@ def _report(results: list[MergeResult]) -> None:
 
 def merge_after_run(cfg: MMirageConfig) -> None:
     """What ``mmirage merge CONFIG`` does, with its exit codes."""
-    from mmirage.core.writer.merge import MergeError, merge_config
+    from mmirage.core.merge.shards import MergeError, merge_config
 
     try:
         with user_errors_exit_2():
@@ -115,7 +115,7 @@ def merge(
     processor: fetch the finished batches and rebuild the rows into --output-path (one ordered
     JSONL file), reporting what succeeded, failed, expired or is still running.
     """
-    from mmirage.core.writer.merge import MergeError, merge_config
+    from mmirage.core.merge.shards import MergeError, merge_config
 
     with user_errors_exit_2():
         cfg = load(config_path(config, config_option))
@@ -167,7 +167,7 @@ def merge_dir_command(
 
     If DIRECTORY holds no shards, each subdirectory that does is merged to OUTPUT/<subdir>.
     """
-    from mmirage.core.writer.merge import MergeError, merge_dir
+    from mmirage.core.merge.shards import MergeError, merge_dir
 
     source = directory or input_dir  # the original spelled it --input-dir
     if source is None:
@@ -185,7 +185,7 @@ def merge_dir_command(
 @config_params
 def stats(config: Path | None, config_option: Path | None) -> None:
     """Print the shards' statistics as JSON: per shard, then aggregated."""
-    from mmirage.core.writer.merge import stats_report
+    from mmirage.core.merge.shards import stats_report
 
     with user_errors_exit_2():
         cfg = load(config_path(config, config_option))

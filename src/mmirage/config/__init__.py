@@ -18,11 +18,10 @@ if TYPE_CHECKING:
     )
     from mmirage.config.errors import ConfigError
     from mmirage.config.execution import ExecutionParams
-    from mmirage.config.loader import load_mmirage_config, load_mmirage_config_dict
-    from mmirage.config.loading import DatasetConfig, LoadingParams
+    from mmirage.config.loading_params import DatasetConfig, LoadingParams
     from mmirage.config.models import MMirageConfig
     from mmirage.config.output_schema import OutputSchema, SchemaField, parse_output_schema
-    from mmirage.config.processing import (
+    from mmirage.config.processing_params import (
         BatchApiOutput,
         CustomOutput,
         ImageGenOutput,
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
         ProcessorConfig,
         ServerArgs,
     )
+    from mmirage.config.reader import load_mmirage_config, load_mmirage_config_dict
 
 _EXPORTS = {
     "AnthropicBatchConfig": "batch_provider",
@@ -47,21 +47,21 @@ _EXPORTS = {
     "OpenAIBatchConfig": "batch_provider",
     "ConfigError": "errors",
     "ExecutionParams": "execution",
-    "load_mmirage_config": "loader",
-    "load_mmirage_config_dict": "loader",
-    "DatasetConfig": "loading",
-    "LoadingParams": "loading",
+    "load_mmirage_config": "reader",
+    "load_mmirage_config_dict": "reader",
+    "DatasetConfig": "loading_params",
+    "LoadingParams": "loading_params",
     "MMirageConfig": "models",
     "OutputSchema": "output_schema",
     "SchemaField": "output_schema",
     "parse_output_schema": "output_schema",
-    "BatchApiOutput": "processing",
-    "CustomOutput": "processing",
-    "ImageGenOutput": "processing",
-    "InputVar": "processing",
-    "LLMOutput": "processing",
-    "OutputVar": "processing",
-    "ProcessingParams": "processing",
+    "BatchApiOutput": "processing_params",
+    "CustomOutput": "processing_params",
+    "ImageGenOutput": "processing_params",
+    "InputVar": "processing_params",
+    "LLMOutput": "processing_params",
+    "OutputVar": "processing_params",
+    "ProcessingParams": "processing_params",
     "BatchApiProcessorConfig": "processors",
     "CustomProcessorConfig": "processors",
     "ImageGenProcessorConfig": "processors",

@@ -89,7 +89,7 @@ class OpenAIBatchConfig(BatchProviderConfig):
     completion_window: str = "24h"
     base_url: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
-    # Sampling (absent from the original, which could not set them at all).
+    # Sampling; unset fields leave the provider's defaults.
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None

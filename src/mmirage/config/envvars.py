@@ -1,7 +1,7 @@
 """``${VAR}``, ``${VAR:-default}`` and ``$VAR`` in configuration values — never in templates.
 
 Prompts, output schemas and other Jinja text are data, not configuration: a ``$HOME`` in a
-prompt must reach the model as written (the original rewrote it silently). ``$$`` is a literal
+prompt must reach the model as written, not silently rewritten. ``$$`` is a literal
 ``$``. An unset variable without a default is an error, except in ``loading_params.shard_id``,
 where it means "no shard fixed here: the one the CLI or executor chooses" (``None``).
 """

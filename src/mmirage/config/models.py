@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mmirage.config.execution import ExecutionParams
-from mmirage.config.loading import LoadingParams
-from mmirage.config.processing import OutputVar, ProcessingParams
+from mmirage.config.loading_params import LoadingParams
+from mmirage.config.processing_params import OutputVar, ProcessingParams
 from mmirage.config.processors import ProcessorConfig
 
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import keyword
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from mmirage.config.output_schema import SchemaField, is_python_field_name
+if TYPE_CHECKING:
+    from mmirage.config.output_schema import SchemaField
 
 _PY_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+def is_python_field_name(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_")
 
 
 def build_model(name: str, fields: tuple[SchemaField, ...]) -> type[BaseModel]:

@@ -15,7 +15,6 @@ It becomes a JSON schema (every field required, closed objects) and a pydantic m
 
 from __future__ import annotations
 
-import keyword
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -263,7 +262,3 @@ def _count(value: Any, key: str, fail: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise fail(key, f"'{key}' must be a whole number >= 0")
     return value
-
-
-def is_python_field_name(name: str) -> bool:
-    return name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_")

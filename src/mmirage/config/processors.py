@@ -1,5 +1,5 @@
 """``processors[]``: what computes outputs. ``type`` picks the class; ``name`` tells apart
-several processors of one type (the original silently kept only the last one)."""
+several processors of one type (each output names the one it uses)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from mmirage.core.loader.sharding import (
 )
 
 if TYPE_CHECKING:
-    from mmirage.config.loading import DatasetConfig
+    from mmirage.config.loading_params import DatasetConfig
 
 __all__ = [
     "BadRow",
@@ -52,7 +52,7 @@ __all__ = [
 
 def open_datasets(configs: Sequence[DatasetConfig]) -> list[DatasetSource]:
     """Open every dataset or fail: a dataset that cannot be read is an error, never skipped
-    (the original skipped it and shifted later datasets into the wrong output_dir)."""
+    (skipping it would shift later datasets into the wrong output_dir)."""
     return [open_dataset(config, index) for index, config in enumerate(configs)]
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from mmirage.config.loading import DatasetConfig
+    from mmirage.config.loading_params import DatasetConfig
 
 OnBadRow = Literal["fail", "skip"]
 """``fail``: raise ``DataError`` at the first malformed row; ``skip``: report it and go on."""

@@ -8,9 +8,10 @@ processor never raises for one row's failure: that row's result carries the erro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Self
 
 
 @dataclass(slots=True)
@@ -40,14 +41,61 @@ class OutputResult:
         return self.error is None
 
 
-class Processor(Protocol):
-    """What the runner needs of a processor (built from its config, closed after the shard)."""
+class Processor(ABC):
+    """What the shard runner needs of a processor. Subclass it, implement ``process``, and
+    override the hooks below where the defaults do not fit; the runner calls every hook.
 
+    A processor is built once per shard (``from_config``), used for every row group of every
+    dataset of that shard, then closed (``aclose``) — except processors handed to
+    ``run_shard`` by the caller, which the caller closes.
+    """
+
+    # Whether the runner journals each result as it arrives, so that a killed shard does not
+    # pay for it again. False where the processor remembers its requests itself (the batch
+    # spool does).
+    journal_results: bool = True
+
+    @classmethod
+    def from_config(cls, config: Any, context: RunContext | None = None) -> Self:
+        """The processor for one ``processors[]`` entry. Fail here, before any row runs, on
+        what can be checked up front (a missing key, script or function)."""
+        return cls(config, context)  # type: ignore[call-arg]
+
+    @property
+    def group_rows(self) -> int:
+        """How many rows the runner should hand over at once (at least ``batch_size``)."""
+        return 1
+
+    @abstractmethod
     async def process(self, output: Any, requests: Sequence[OutputRequest]) -> list[OutputResult]:
         """One result per request, same order. ``output`` is the output's config."""
-        ...
 
-    async def aclose(self) -> None: ...
+    async def stream(
+        self, output: Any, requests: Sequence[OutputRequest]
+    ) -> AsyncIterator[tuple[int, OutputResult]]:
+        """``(index, result)`` pairs as results arrive, so the runner journals each at once;
+        by default ``process``'s results, in order, once they are all back."""
+        results = await self.process(output, requests)
+        if len(results) != len(requests):
+            raise RuntimeError(
+                f"the processor of output '{output.name}' answered {len(results)} results for "
+                f"{len(requests)} requests"
+            )
+        for pair in enumerate(results):
+            yield pair
+
+    def resume_at(self, source_index: int) -> None:  # noqa: B027 - most processors need nothing
+        """Called before a dataset's rows are read: ``source_index`` is where the unfinished
+        rows start (what an interrupted run already sent for them is for the processor to
+        know; the batch spool does)."""
+
+    async def finish(self) -> str | None:
+        """Called when every row of a dataset has a result, before the shard is published;
+        returns one line for the run's report, or None."""
+        return None
+
+    async def aclose(self) -> None:  # noqa: B027 - nothing to release by default
+        """Release what the processor holds (clients, servers, worker pools)."""
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,17 @@
 """``type: custom``: a user function from ``script_path`` run in a process pool.
 
 The function is called ``fn(variables, row)`` when its signature accepts two positional
-arguments, else ``fn(variables)`` (the original passed the variables only). ``variables`` holds
+arguments, else ``fn(variables)`` (so one-argument functions written for the reference
+pipeline keep working). ``variables`` holds
 the row's inputs and earlier outputs; ``row`` is the raw source row. Its return value must be
 picklable plain data.
 
-Failures, as in the original: a call that raises or runs past ``timeout_ms`` gives a copy of
-``fallback_value``, and the counters are per processor (per shard); a counter reaching
-``max_errors`` / ``max_timeouts`` (``>=``), or a worker process dying, trips the breaker. Unlike
-the original, a tripped breaker does not fail the shard: the remaining rows get
-``fallback_value`` without a call. Every such row also carries an ``error`` saying why, so no
-fallback is silent.
+Failures (the reference pipeline's rules, which existing configs tune): a call that raises or
+runs past ``timeout_ms`` gives a copy of ``fallback_value``, and the counters are per processor
+(per shard); a counter reaching ``max_errors`` / ``max_timeouts`` (``>=``), or a worker process
+dying, trips the breaker. A tripped breaker does not fail the shard (the rows already computed
+are paid for): the remaining rows get ``fallback_value`` without a call. Every such row also
+carries an ``error`` saying why, so no fallback is silent.
 
 Timeouts: the worker interrupts its own call with SIGALRM (so the clock starts when the call
 does, not when it was queued, and the worker survives). A call that ignores the alarm (stuck in
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
-from mmirage.core.process.base import OutputRequest, OutputResult
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
 
 if TYPE_CHECKING:
     from mmirage.config.processors import CustomProcessorConfig
@@ -81,7 +82,7 @@ def _takes_row(fn: Callable[..., Any]) -> bool:
         inspect.signature(fn).bind({}, {})
     except TypeError:
         return False
-    except ValueError:  # no signature (some builtins): the original's one-argument call
+    except ValueError:  # no signature (some builtins): the one-argument call
         return False
     return True
 
@@ -134,7 +135,11 @@ class _PoolKilled(Exception):
     """The pool was killed on purpose (another row's hung call): calls caught in it run again."""
 
 
-class CustomProcessor:
+class CustomProcessor(Processor):
+    @classmethod
+    def from_config(cls, config: Any, context: RunContext | None = None) -> CustomProcessor:
+        return cls(config)  # a function of the row alone: nothing of the run to know
+
     def __init__(
         self, config: CustomProcessorConfig, *, hard_grace_s: float = _HARD_GRACE_S
     ) -> None:

@@ -1,8 +1,8 @@
 """``type: llm``: live generation through one ``llm_kit.LLM`` (an API, an OpenAI-compatible
 server through ``base_url``, or the embedded local model).
 
-Unlike the original (SGLang in-process, where a failed ``generate`` silently gave every row
-``""`` or ``{}``), each row's failure becomes that row's ``OutputResult.error``. A
+Each row's failure becomes that row's ``OutputResult.error``: a row never silently gets ``""``
+or ``{}``, so every failure is recorded and can be retried. A
 ``server_args.model_path`` with no ``base_url`` (and no ``message_format``) starts an SGLang or
 vLLM server for the shard (see ``server_launcher``), which ``aclose`` stops.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
-from mmirage.core.process.base import OutputRequest, OutputResult
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor
 from mmirage.core.process.server_launcher import LaunchedServer, launch_server, pick_engine
 from mmirage.core.process.server_launcher import wants_server as _wants_server
 
@@ -110,7 +110,7 @@ def build_llm(config: LLMProcessorConfig, server: LaunchedServer | None = None) 
     )
 
 
-class LLMProcessor:
+class LLMProcessor(Processor):
     """One LLM for every output that names this processor; ``process`` runs a batch of rows
     concurrently (llm_kit's live pipeline: rate limits, retries, validation)."""
 
@@ -223,7 +223,8 @@ def _to_output_result(result: Any) -> OutputResult:
         # JSON outputs: the validated answer as a dict keyed by the schema's own field names.
         out.value = result.response.model_dump(by_alias=True)
     else:
-        out.value = str(result.response).strip()  # plain outputs: stripped like the original
+        # Plain outputs are stripped, as the reference pipeline's outputs are.
+        out.value = str(result.response).strip()
     return out
 
 

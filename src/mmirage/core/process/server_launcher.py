@@ -1,7 +1,7 @@
 """Start an SGLang or vLLM server for an ``llm`` processor that names ``server_args.model_path``
 but no ``base_url``, and stop it when the processor closes.
 
-Why a server and not the original's in-process ``sgl.Engine``: llm_kit already speaks to any
+Why a server and not an in-process ``sgl.Engine``: llm_kit already speaks to any
 OpenAI-compatible endpoint, so a launched server gets the same pipeline (rate limits, retries,
 one error per failed row) as a hosted API, and a server in its own process group can be stopped
 whole, GPU workers included. The engine is SGLang when it is installed, else vLLM;
@@ -53,7 +53,7 @@ _HOST = "127.0.0.1"  # never reachable from another machine
 _SGLANG_MODULE = "sglang.launch_server"
 _VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 ENGINES = {"sglang": "SGLang", "vllm": "vLLM"}  # in order of preference; names for messages
-# ServerArgs and extra_engine_args use SGLang's names (the original passed them to sgl.Engine);
+# ServerArgs and extra_engine_args use SGLang's names (existing configs name sgl.Engine's args);
 # vLLM gets the ones it has an equivalent for, under its own flag. The rest are logged ignored.
 _VLLM_FLAGS = {
     "tp_size": "--tensor-parallel-size",

@@ -10,7 +10,7 @@ Files, under the dataset's ``output_dir``:
   ``save_to_disk``, the original's format), ``shard-<k>-of-<n>.parquet`` or
   ``shard-<k>-of-<n>.jsonl``. JSONL is the part file renamed; the Arrow formats are converted
   from it in bounded batches into a temporary sibling that is renamed at the end. Either way
-  readers see the whole shard or nothing (the original had a window with no directory at all).
+  readers see the whole shard or nothing, never a moment with no shard at all.
 
 The part file stays JSONL whatever the output format: appending a line and truncating to a
 checkpoint is what makes resume cheap, and no Arrow format can be appended to like that.
@@ -34,9 +34,16 @@ from mmirage.core.shard.disk import writing
 from mmirage.core.shard.integrity import Fingerprint, describe
 from mmirage.core.shard.integrity import damage as integrity_damage
 from mmirage.core.shard.recovery import Locate, fits, salvage, scan_part
-from mmirage.core.shard.state import COUNTERS, atomic_write_json
 from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import FORMATS, Format, iter_jsonl, iter_rows, write_dataset
+from mmirage.rundir import (
+    COUNTERS,
+    atomic_write_json,
+    checkpoint_path,
+    part_path,
+    published_path,
+    shard_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +51,7 @@ OUTPUT_DIR = "loading_params.datasets[].output_dir"  # what chose the disk of th
 
 
 @dataclass
-class Checkpoint:
+class ShardCheckpoint:
     rows_done: int = 0  # lines in the part file (good rows and error records)
     rows_failed: int = 0
     rows_retryable: int = 0  # failed rows that carry a retry marker (``retry_marker``)
@@ -60,7 +67,7 @@ class Checkpoint:
     published_sha256: str | None = None
 
     @classmethod
-    def load(cls, path: Path) -> Checkpoint | None:
+    def load(cls, path: Path) -> ShardCheckpoint | None:
         """The saved checkpoint; ``None`` when there is none or it cannot be read (with a
         WARNING: the part file's complete rows are then what a resume trusts)."""
         try:
@@ -81,6 +88,9 @@ class Checkpoint:
         if self.published_size is None or self.published_sha256 is None:
             return None  # published before shards were fingerprinted
         return Fingerprint(self.rows_done, self.published_size, self.published_sha256)
+
+
+Checkpoint = ShardCheckpoint  # kept importable; renamed apart from llm_kit.jsonl.Checkpoint
 
 
 def _fsync_dir(path: Path) -> None:
@@ -120,15 +130,15 @@ class ShardOutput:
         self, output_dir: str, shard_id: int, num_shards: int, output_format: Format = "jsonl"
     ) -> None:
         self.dir = Path(os.path.expanduser(output_dir))
-        self.name = f"shard-{shard_id}-of-{num_shards}"
+        self.name = shard_name(shard_id, num_shards)
         self.format = output_format
-        self.part = self.dir / ".parts" / f"{self.name}.jsonl"
-        self.checkpoint_path = self.dir / ".parts" / f"{self.name}.ckpt.json"
+        self.part = part_path(self.dir, self.name)
+        self.checkpoint_path = checkpoint_path(self.dir, self.name)
         self._file: IO[bytes] | None = None
 
     def path_for(self, fmt: Format) -> Path:
         """Where this shard is published in ``fmt`` (HF: a directory; else one file)."""
-        return self.dir / (self.name if fmt == "hf" else f"{self.name}.{fmt}")
+        return published_path(self.dir, self.name, fmt)
 
     @property
     def published(self) -> Path:
@@ -151,29 +161,29 @@ class ShardOutput:
         for fmt in FORMATS:
             _remove(self.path_for(fmt))
 
-    def finished(self) -> Checkpoint | None:
+    def finished(self) -> ShardCheckpoint | None:
         """The checkpoint of a published shard (counted from its rows if it was lost), or
         ``None`` when this (dataset, shard) is not published. Publishing renames first, so the
         published shard, not the checkpoint's ``complete`` flag, is what says "done"."""
         published = self.find_published()
         if published is None:
             return None
-        ckpt = Checkpoint.load(self.checkpoint_path)
+        ckpt = ShardCheckpoint.load(self.checkpoint_path)
         if ckpt is None:
-            ckpt = Checkpoint()
+            ckpt = ShardCheckpoint()
             for batch in iter_rows(published):
                 for row in batch:
                     tally(ckpt, row)
         ckpt.complete = True
         return ckpt
 
-    def resume_point(self, fp: str, locate: Locate | None = None) -> Checkpoint:
+    def resume_point(self, fp: str, locate: Locate | None = None) -> ShardCheckpoint:
         """The checkpoint ``open`` resumes from: the saved one if it belongs to this config and
         fits the part file; else one rebuilt from the part file's complete rows (``locate``
         places the cursor after the last; without it, only the counters are rebuilt)."""
-        ckpt = Checkpoint.load(self.checkpoint_path)
+        ckpt = ShardCheckpoint.load(self.checkpoint_path)
         if ckpt is not None and (ckpt.complete or ckpt.fingerprint != fp):
-            return Checkpoint(fingerprint=fp)
+            return ShardCheckpoint(fingerprint=fp)
         try:
             size = self.part.stat().st_size
         except FileNotFoundError:
@@ -195,9 +205,9 @@ class ShardOutput:
             )
         return self._rebuilt(fp, locate)
 
-    def _rebuilt(self, fp: str, locate: Locate | None) -> Checkpoint:
+    def _rebuilt(self, fp: str, locate: Locate | None) -> ShardCheckpoint:
         durable = scan_part(self.part)
-        ckpt = Checkpoint(fingerprint=fp)
+        ckpt = ShardCheckpoint(fingerprint=fp)
         if durable.last_key is None:
             return ckpt
         cursor = locate(durable.last_key) if locate is not None else (0, None)
@@ -208,7 +218,7 @@ class ShardOutput:
             setattr(ckpt, name, getattr(durable, name))
         return ckpt
 
-    def open(self, fp: str, locate: Locate | None = None) -> Checkpoint:
+    def open(self, fp: str, locate: Locate | None = None) -> ShardCheckpoint:
         """Open the part file for appending at ``resume_point`` and return that checkpoint."""
         self.part.parent.mkdir(parents=True, exist_ok=True)
         ckpt = self.resume_point(fp, locate)
@@ -225,7 +235,7 @@ class ShardOutput:
         with writing(self.part, OUTPUT_DIR):
             self._file.write(lines)
 
-    def checkpoint(self, ckpt: Checkpoint) -> None:
+    def checkpoint(self, ckpt: ShardCheckpoint) -> None:
         """Make the appended rows durable, then record them (in that order)."""
         assert self._file is not None, "open() first"
         with writing(self.part, OUTPUT_DIR):
@@ -235,7 +245,7 @@ class ShardOutput:
         with writing(self.checkpoint_path, OUTPUT_DIR):
             atomic_write_json(self.checkpoint_path, asdict(ckpt))
 
-    def publish(self, ckpt: Checkpoint) -> None:
+    def publish(self, ckpt: ShardCheckpoint) -> None:
         """Publish the complete part file in ``output_format``, atomically.
 
         JSONL: a rename. HF and Parquet: a streamed conversion into a temporary sibling, renamed
@@ -250,7 +260,7 @@ class ShardOutput:
         self.part.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.part, "w+b")  # noqa: SIM115 - kept open across batches
 
-    def republish(self, ckpt: Checkpoint) -> None:
+    def republish(self, ckpt: ShardCheckpoint) -> None:
         """Publish the rewritten part file in place of the published shard. The checkpoint is
         written last: a crash before it leaves the new shard under the old fingerprint, which
         ``run`` reports as damaged and ``--force-retry`` takes back whole."""
@@ -265,7 +275,7 @@ class ShardOutput:
             if fmt != self.format:
                 _remove(self.path_for(fmt))
 
-    def _install(self, ckpt: Checkpoint) -> None:
+    def _install(self, ckpt: ShardCheckpoint) -> None:
         dest = self.path_for(self.format)
         with writing(dest, OUTPUT_DIR):
             if self.format == "jsonl":
@@ -284,14 +294,14 @@ class ShardOutput:
         """Why the published shard is not what was published (one sentence naming it), or
         ``None`` when it is, or when nothing was recorded to compare with."""
         published = self.find_published()
-        ckpt = Checkpoint.load(self.checkpoint_path)
+        ckpt = ShardCheckpoint.load(self.checkpoint_path)
         expected = ckpt.published_as() if ckpt is not None else None
         if published is None or expected is None:
             return None
         problem = integrity_damage(published, expected, full=full)
         return None if problem is None else f"published shard {published} {problem}"
 
-    def salvage(self, fp: str, locate: Locate) -> Checkpoint:
+    def salvage(self, fp: str, locate: Locate) -> ShardCheckpoint:
         """Take a damaged published shard apart: its readable rows go back into the part
         file, the damaged file goes, and the returned checkpoint resumes after those rows."""
         published = self.find_published()

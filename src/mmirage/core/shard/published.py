@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mmirage.core.loader import DatasetShard
-from mmirage.core.shard.output import Checkpoint, ShardOutput
+from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.recovery import locator
 from mmirage.core.shard.state import ShardConflictError
 
@@ -41,11 +41,11 @@ def shard_damage(config: MMirageConfig, shard_id: int, *, full: bool = False) ->
 
 def verified_finished(
     outputs: list[ShardOutput], shards: list[DatasetShard], fp: str, *, repair: bool
-) -> list[Checkpoint | None]:
+) -> list[ShardCheckpoint | None]:
     """``out.finished()`` per dataset, after checking each published shard. A damaged one is
     salvaged (its readable rows kept, the rest to be computed again) when ``repair``, else
     ``ShardDamagedError``."""
-    done: list[Checkpoint | None] = []
+    done: list[ShardCheckpoint | None] = []
     for out, shard in zip(outputs, shards, strict=True):
         problem = out.damage()
         if problem is not None:

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 
 from mmirage.core.loader import DatasetShard
-from mmirage.core.shard.rows import ROW_KEY
 from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import FormatError, iter_rows
+from mmirage.rundir import ROW_KEY
 
 logger = logging.getLogger(__name__)
 

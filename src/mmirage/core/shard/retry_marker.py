@@ -17,8 +17,6 @@ import orjson
 
 from mmirage.core.process.base import OutputResult
 
-RETRY = "__retry__"
-
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 

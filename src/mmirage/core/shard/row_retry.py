@@ -25,12 +25,13 @@ from typing import Any
 import orjson
 
 from mmirage.core.loader import DatasetShard, Row
-from mmirage.core.shard.output import Checkpoint, ShardOutput
+from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.reading import row_by_key
-from mmirage.core.shard.retry_marker import RETRY, Marker, read_marker
-from mmirage.core.shard.rows import ROW_KEY, USAGE, RowWorker
+from mmirage.core.shard.retry_marker import Marker, read_marker
+from mmirage.core.shard.rows import RowWorker
 from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import iter_rows
+from mmirage.rundir import RETRY, ROW_KEY, USAGE
 
 logger = logging.getLogger(__name__)
 
@@ -39,19 +40,18 @@ _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND
 
 async def retry_failed_rows(
     worker: RowWorker, out: ShardOutput, group_rows: int, notes: list[str]
-) -> Checkpoint:
+) -> ShardCheckpoint:
     """Compute the marked rows of ``out``'s published shard again and publish it anew;
     returns the new checkpoint (``notes`` gets one line saying what happened)."""
     published = out.find_published()
     if published is None:
         raise FileNotFoundError(f"{out.dir / out.name}: the published shard is gone")
     retried = out.part.with_name(f"{out.name}.retried.jsonl")
-    ckpt: Checkpoint | None = None
+    ckpt: ShardCheckpoint | None = None
     try:
         count = await _recompute(worker, published, retried, group_rows)
         for proc in worker.procs.values():  # a batch_api processor submits what it spooled
-            finish = getattr(proc, "finish", None)
-            if finish is not None and (note := await finish()):
+            if note := await proc.finish():
                 notes.append(note)
         ckpt = _rewrite(out, published, retried, worker.journal.fingerprint)
     finally:
@@ -115,9 +115,9 @@ async def _recompute(worker: RowWorker, published: Path, sink: Path, group_rows:
     return count
 
 
-def _rewrite(out: ShardOutput, published: Path, retried: Path, fp: str) -> Checkpoint:
+def _rewrite(out: ShardOutput, published: Path, retried: Path, fp: str) -> ShardCheckpoint:
     """The published rows in order, each recomputed one in its place; published atomically."""
-    ckpt = Checkpoint(fingerprint=fp)
+    ckpt = ShardCheckpoint(fingerprint=fp)
     out.start_rewrite()
     with open(retried, "rb") as f:
         fresh = (orjson.loads(line) for line in f)

@@ -7,26 +7,25 @@ an interrupted run already paid for come from the journal instead of a new reque
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mmirage.core.loader import BadRow, DatasetShard
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor
-from mmirage.core.process.prompts import render_prompt
-from mmirage.core.process.variables import RowError, VariableExtractor, image_urls
+from mmirage.core.render.prompts import render_prompt
+from mmirage.core.render.renderer import OutputRenderer, is_placeholder
+from mmirage.core.render.variables import RowError, VariableExtractor, image_urls
 from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.progress import RowCount
 from mmirage.core.shard.reading import Item
-from mmirage.core.shard.retry_marker import RETRY, retry_marker
-from mmirage.core.writer.renderer import OutputRenderer, is_placeholder
+from mmirage.core.shard.retry_marker import retry_marker
+from mmirage.rundir import ERRORS, RETRY, ROW_KEY, USAGE, VARS
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
-    from mmirage.config.processing import OutputVar
+    from mmirage.config.processing_params import OutputVar
     from mmirage.config.processors import ProcessorConfig
-
-ROW_KEY, ERRORS, USAGE, VARS = "__row_key__", "__errors__", "__usage__", "__vars__"
 
 
 def processor_key(processor: ProcessorConfig) -> str:
@@ -146,9 +145,9 @@ class RowWorker:
         if not requests:
             return
         proc = self.procs[processor_key(self.config.processor_for(output))]
-        journal = getattr(proc, "journal_results", True)  # the batch spool is its own journal
+        journal = proc.journal_results
         got = 0
-        async for index, result in _results(proc, output, requests):
+        async for index, result in proc.stream(output, requests):
             w = sent[index]
             if journal:
                 self.journal.add(w.key, output.name, result)
@@ -197,22 +196,3 @@ class RowWorker:
         if w.errors and w.retryable.issuperset(w.errors):
             meta[RETRY] = retry_marker(w.variables, w.paid, w.input_tokens, w.output_tokens)
         return meta
-
-
-async def _results(
-    proc: Processor, output: Any, requests: list[OutputRequest]
-) -> AsyncIterator[tuple[int, OutputResult]]:
-    """``(index, result)`` pairs, as they arrive when the processor can stream them."""
-    stream = getattr(proc, "stream", None)
-    if stream is not None:
-        async for pair in stream(output, requests):
-            yield pair
-        return
-    results = await proc.process(output, requests)
-    if len(results) != len(requests):
-        raise RuntimeError(
-            f"the processor of output '{output.name}' answered {len(results)} results for "
-            f"{len(requests)} requests"
-        )
-    for pair in enumerate(results):
-        yield pair

@@ -29,70 +29,46 @@ back without discarding anything.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llm_kit import loops
-from mmirage.core.loader import DatasetShard, open_datasets, plan_shard
+from mmirage.core.loader import open_datasets, plan_shard
 from mmirage.core.process.base import Processor, RunContext
-from mmirage.core.shard.journal import ResultJournal
-from mmirage.core.shard.output import Checkpoint, ShardOutput
-from mmirage.core.shard.progress import RowProgress
+from mmirage.core.process.factory import build_processor  # built-ins import on first use
+from mmirage.core.shard.dataset_run import group_rows, open_journal, run_dataset
+from mmirage.core.shard.output import ShardOutput
 from mmirage.core.shard.published import verified_finished
-from mmirage.core.shard.reading import Item, rows_from, source_offsets
-from mmirage.core.shard.recovery import locator
+from mmirage.core.shard.reading import source_offsets
+from mmirage.core.shard.report import ShardReport
 from mmirage.core.shard.row_retry import retry_failed_rows
-from mmirage.core.shard.rows import ERRORS, ROW_KEY, RowWorker, processor_key
+from mmirage.core.shard.rows import RowWorker, processor_key
 from mmirage.core.shard.state import (
-    COUNTERS,
     HEARTBEAT_EVERY_S,
     RUNNING,
     SUCCESS,
     ShardConflictError,
     ShardStatus,
-    fingerprint,
     is_stale,
-    pipeline_id,
     shard_lock,
-    status_path,
 )
 from mmirage.core.shard.stop import interruption
-from mmirage.core.shard.tally import tally
+from mmirage.rundir import (
+    fingerprint,
+    journal_path,
+    pipeline_dir,
+    pipeline_id,
+    shard_lock_path,
+)
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class ShardReport:
-    shard_id: int
-    num_shards: int
-    skipped: bool = False  # already finished: nothing was run
-    rows_done: int = 0
-    rows_failed: int = 0
-    rows_retryable: int = 0  # failed rows 'mmirage retry' can run again
-    input_tokens: int = 0
-    output_tokens: int = 0
-    resumed_rows: int = 0  # rows found done by an earlier, interrupted attempt
-    runtime_seconds: float = 0.0
-    published: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # processors' summaries (cost estimates...)
-    first_row_error: str | None = None  # "<row key>: <reason>" of this run's first failed row
-
-    def add(self, ckpt: Checkpoint) -> None:
-        for name in COUNTERS:
-            setattr(self, name, getattr(self, name) + getattr(ckpt, name))
-
-    def counters(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in COUNTERS}
 
 
 def run_shard(
@@ -145,12 +121,12 @@ async def arun_shard(
         raise ValueError(f"shard id must be between 0 and {lp.num_shards - 1}, got {shard_id}")
     # One run per shard at a time: two would both pay for every row and interleave their
     # lines in the part file. The lock dies with its process, so a killed run never blocks.
-    with shard_lock(status_path(config, shard_id).parent / "lock", shard_id):
+    with shard_lock(shard_lock_path(config, shard_id), shard_id):
         context = RunContext(
             run_id=run_id or current_run_id(),
             shard_id=shard_id,
             num_shards=lp.num_shards,
-            state_dir=str(status_path(config, shard_id).parent.parent),
+            state_dir=str(pipeline_dir(config)),
             export_prompts=export_prompts,
             fresh=force,
             pipeline_id=pipeline_id(config),
@@ -204,7 +180,7 @@ async def _arun_shard_locked(
     if force:  # start afresh: results and the retry budget
         for out in outputs:
             out.discard()
-            _journal_path(out).unlink(missing_ok=True)
+            journal_path(out.part).unlink(missing_ok=True)
     if force or reset_attempts:
         status.data["attempts"] = 0
     done = verified_finished(outputs, shards, fp, repair=reset_attempts)
@@ -224,10 +200,10 @@ async def _arun_shard_locked(
         try:
             for shard, out, finished in zip(shards, outputs, done, strict=True):
                 if finished is None:
-                    await _run_dataset(config, shard, offsets, out, fp, procs, status, report)
+                    await run_dataset(config, shard, offsets, out, fp, procs, status, report)
                 elif retry_rows and finished.rows_retryable:
-                    worker = RowWorker(config, shard, offsets, procs, _journal(out, fp))
-                    rows = _group_rows(config, procs)
+                    worker = RowWorker(config, shard, offsets, procs, open_journal(out, fp))
+                    rows = group_rows(config, procs)
                     report.add(await retry_failed_rows(worker, out, rows, report.notes))
                     report.resumed_rows += finished.rows_done - finished.rows_retryable
                 else:
@@ -279,8 +255,6 @@ async def _processors(
     if given is not None:
         yield given
         return
-    from mmirage.core.process.factory import build_processor  # heavy: only when running
-
     built: dict[str, Processor] = {}
     try:
         for output in config.processing_params.outputs:
@@ -309,109 +283,3 @@ def _stats(report: ShardReport) -> dict[str, Any]:
         "throughput_rows_per_sec": round(rows / runtime, 3) if runtime > 0 else None,
         **report.counters(),
     }
-
-
-def _journal_path(out: ShardOutput) -> Any:
-    return out.part.with_name(out.part.name.removesuffix(".jsonl") + ".journal.jsonl")
-
-
-def _journal(out: ShardOutput, fp: str) -> ResultJournal:
-    journal = ResultJournal(_journal_path(out), fp)
-    journal.open()
-    return journal
-
-
-def _group_rows(config: MMirageConfig, procs: Mapping[str, Processor]) -> int:
-    wanted = [int(getattr(p, "group_rows", 1)) for p in procs.values()]
-    return max([config.loading_params.batch_size, *wanted])
-
-
-async def _run_dataset(
-    config: MMirageConfig,
-    shard: DatasetShard,
-    offsets: Mapping[tuple[int, str | None], int],
-    out: ShardOutput,
-    fp: str,
-    procs: Mapping[str, Processor],
-    status: ShardStatus,
-    report: ShardReport,
-) -> Checkpoint:
-    group_rows = _group_rows(config, procs)
-    ckpt = out.open(fp, locator(shard))
-    if ckpt.rows_done:
-        logger.info("shard %d: resuming %s after %d rows", shard.shard_id, out.part, ckpt.rows_done)
-    report.resumed_rows += ckpt.rows_done
-    journal = _journal(out, fp)
-    bar = RowProgress(
-        shard.num_rows,
-        f"shard {shard.shard_id} · dataset {shard.dataset_index}",
-        ckpt.rows_done,
-        ckpt.rows_failed,
-    )
-    if ckpt.range_index < len(shard.ranges):
-        # Where this dataset's unfinished rows start, globally: a processor may need to know
-        # what an interrupted run already sent for them (the batch spool does).
-        r = shard.ranges[ckpt.range_index]
-        first = offsets[(shard.dataset_index, r.split)] + (
-            r.start if ckpt.next_row_id is None else ckpt.next_row_id
-        )
-        for proc in procs.values():
-            resume_at = getattr(proc, "resume_at", None)
-            if resume_at is not None:
-                resume_at(first)
-    worker = RowWorker(config, shard, offsets, procs, journal, bar.count)
-    # Two groups in flight: the next one is read and rendered while the current one's requests
-    # are out, so request slots never idle during the CPU work between groups. (Concurrency
-    # stays bounded: the processors share their connection pools.) Groups land in order.
-    in_flight: collections.deque[tuple[list[tuple[int, Item]], asyncio.Task[Any]]] = (
-        collections.deque()
-    )
-
-    def start(group: list[tuple[int, Item]]) -> None:
-        in_flight.append((group, asyncio.create_task(worker.process([i for _, i in group]))))
-
-    async def land_oldest() -> None:
-        group, task = in_flight.popleft()
-        records = await task
-        out.append(records)
-        for rec in records:
-            tally(ckpt, rec)
-            if rec[ERRORS] is not None and report.first_row_error is None:
-                where, why = next(iter(rec[ERRORS].items()))
-                report.first_row_error = f"row {rec[ROW_KEY]} ({where}): {why}"
-        ckpt.range_index, last = group[-1][0], group[-1][1]
-        ckpt.next_row_id = last.row_id + 1
-        # fsync in a thread: the loop keeps reading (and journaling) answers meanwhile.
-        await asyncio.to_thread(out.checkpoint, ckpt)
-        journal.settle([rec[ROW_KEY] for rec in records])
-        status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in COUNTERS})
-        status.beat()
-
-    group: list[tuple[int, Item]] = []
-    try:
-        bar.start()
-        for entry in rows_from(shard, ckpt, config.loading_params.on_bad_row):
-            group.append(entry)
-            if len(group) >= group_rows:
-                start(group)
-                group = []
-                if len(in_flight) >= 2:
-                    await land_oldest()
-        if group:
-            start(group)
-        while in_flight:
-            await land_oldest()
-        for proc in procs.values():
-            finish = getattr(proc, "finish", None)
-            if finish is not None:
-                note = await finish()
-                if note:
-                    report.notes.append(note)
-        out.publish(ckpt)
-    finally:
-        bar.close()
-        for _, task in in_flight:
-            task.cancel()
-        journal.close(remove=ckpt.complete)
-    report.add(ckpt)
-    return ckpt

@@ -1,26 +1,24 @@
 """Shard state: ``<state_dir>/<pipeline id>/shard_<k>/status.json``, written atomically.
 
-The shape is the original's (reference §3.9) plus what it lacked: a ``heartbeat`` refreshed while
-the shard runs (a ``running`` shard whose heartbeat is old, or whose local pid is gone, is
+The shape is reference §3.9's (kept so existing tools read it) plus a ``heartbeat`` refreshed
+while the shard runs (a ``running`` shard whose heartbeat is old, or whose local pid is gone, is
 ``stale``: dead, and may be retried), counters (``rows_done``, ``rows_failed``, tokens),
-``attempts`` (every start; the original's ``retry_count`` counted starts, here it counts real
-retries, ``attempts - 1``), and a ``fingerprint`` of what decides the rows (inputs, outputs,
-schema, datasets, ``num_shards``) so a changed config is never mixed into old results.
+``attempts`` (every start; ``retry_count`` is kept for those tools and counts real retries,
+``attempts - 1``), and a ``fingerprint`` of what decides the rows (``mmirage.rundir``) so a
+changed config is never mixed into old results.
 
 Counters are kept consistent across attempts: ``start`` sets them to what the checkpoints hold
 (not to what a killed attempt last wrote), the runner advances them per checkpoint, and
 ``finish`` derives ``stats.rows_processed`` (rows this attempt added) and the throughput from
 them, so no resume, crash or forced rerun can make them negative.
 
-The pipeline id (a hash of the datasets' output dirs and ``num_shards``) keeps two pipelines that
-share a ``state_dir`` apart (the original's shared default made them collide).
+Paths, the pipeline id and the fingerprint are the run directory's contract (``mmirage.rundir``);
+they are re-exported here for the callers that still import them from this module.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import errno
-import hashlib
 import json
 import os
 import socket
@@ -28,11 +26,21 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.core.shard.disk import writing
+from mmirage.core.shard.output import ShardOutput
+from mmirage.rundir import (
+    COUNTERS,
+    atomic_write_json,
+    now_iso,
+    parse_iso,
+    status_path,
+)
+from mmirage.rundir import fingerprint as fingerprint  # re-exported: older import path
+from mmirage.rundir import pipeline_id as pipeline_id
+from mmirage.rundir import shard_dir as shard_dir
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -52,10 +60,6 @@ SUCCESS, RUNNING, FAILED, STALE, EXHAUSTED, MISSING, UNKNOWN = (
 )
 
 
-# rows_retryable: failed rows whose every failure a retry may fix (``mmirage retry`` reruns them)
-COUNTERS = ("rows_done", "rows_failed", "rows_retryable", "input_tokens", "output_tokens")
-
-
 class UnusableDirError(Exception):
     """A directory a run must write to cannot be used (a file in the way, no permission, a
     read-only disk); ``str(err)`` names the config field, the path and what to do."""
@@ -64,35 +68,6 @@ class UnusableDirError(Exception):
 class ShardConflictError(Exception):
     """The shard cannot run as asked (another live process holds it, or the config changed
     since its results were written); ``str(err)`` says what to do."""
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def parse_iso(text: Any) -> float | None:
-    try:
-        moment = datetime.fromisoformat(str(text))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:  # the original wrote naive local times
-        moment = moment.astimezone()
-    return moment.timestamp()
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write ``path`` so that a reader sees the old or the new content, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a half-written copy would only take more space
-        raise
 
 
 _PATH_FIXES = {
@@ -144,89 +119,6 @@ def _blocking_path(path: Path) -> Path:
         if not candidate.is_dir():
             return candidate
     return path
-
-
-def _plain(value: Any) -> Any:
-    """A config value as JSON-able data (dataclass init fields only: no derived objects)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _digest(data: Any) -> str:
-    text = json.dumps(data, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def pipeline_id(config: MMirageConfig) -> str:
-    lp = config.loading_params
-    dirs = [os.path.abspath(os.path.expanduser(d.output_dir)) for d in lp.datasets]
-    return f"pipeline-{_digest([dirs, lp.num_shards])}"
-
-
-# Processor fields that change how rows are computed, not what comes out: pacing, retries,
-# timeouts, pools, chunking and bookkeeping. Everything else (model, server, sampling, script,
-# function, fallback...) is part of the fingerprint.
-_OPERATIONAL = frozenset(
-    {
-        "name",
-        "rpm",
-        "tpm",
-        "worker_concurrency",
-        "input_buffer_size",
-        "max_retries",
-        "request_timeout",
-        "timeout_ms",
-        "max_timeouts",
-        "max_errors",
-        "max_workers",
-        "start_method",
-        "max_chunk_bytes",
-        "max_requests_per_chunk",
-        "metadata_output_path",
-        "oversized_request_policy",
-        "completion_window",
-        "timeout_seconds",
-        "metadata",
-        "price_per_mtok",
-    }
-)
-
-
-def _results_relevant(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _results_relevant(v) for k, v in value.items() if k not in _OPERATIONAL}
-    return value
-
-
-def fingerprint(config: MMirageConfig) -> str:
-    """Changes when the rows a shard produces would change: inputs, outputs, schema, data and
-    the processors' models, sampling and functions (not rpm, retries, SLURM...)."""
-    pp, lp = config.processing_params, config.loading_params
-    return _digest(
-        {
-            "inputs": _plain(pp.inputs),
-            "outputs": _plain(pp.outputs),
-            "output_schema": _plain(pp.output_schema),
-            "remove_columns": pp.remove_columns,
-            "datasets": _plain(lp.datasets),
-            "num_shards": lp.num_shards,
-            "processors": [_results_relevant(_plain(p)) for p in config.processors],
-        }
-    )
-
-
-def shard_dir(config: MMirageConfig, shard_id: int) -> Path:
-    state_dir = config.loading_params.state_dir or "."
-    return Path(os.path.expanduser(state_dir)) / pipeline_id(config) / f"shard_{shard_id}"
-
-
-def status_path(config: MMirageConfig, shard_id: int) -> Path:
-    return shard_dir(config, shard_id) / "status.json"
 
 
 def read_status(path: Path) -> dict[str, Any] | None:
@@ -367,8 +259,6 @@ class ShardStatus:
 def checkpointed_counters(config: MMirageConfig, shard_id: int, fp: str) -> dict[str, int]:
     """The shard's counters as its checkpoints hold them: published datasets in full, the
     others up to the checkpoint a run would resume from (nothing for another config's)."""
-    from mmirage.core.shard.output import ShardOutput  # it imports this module
-
     lp = config.loading_params
     totals = dict.fromkeys(COUNTERS, 0)
     for ds in lp.datasets:

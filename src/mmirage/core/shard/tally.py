@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mmirage.core.shard.retry_marker import RETRY
-from mmirage.core.shard.rows import ERRORS, USAGE
+from mmirage.rundir import ERRORS, RETRY, USAGE
 
 
 def tally(into: Any, row: Mapping[str, Any]) -> None:

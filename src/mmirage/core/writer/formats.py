@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import orjson
 
+from mmirage.rundir import ROW_KEY
+
 Format = Literal["hf", "jsonl", "parquet"]
 FORMATS: tuple[Format, ...] = ("hf", "jsonl", "parquet")
 BATCH_ROWS = 1000
@@ -225,7 +227,7 @@ def _not_empty(schema: Schema) -> Schema:
 
     if len(schema.arrow) > 0:
         return schema
-    return Schema(pa.schema([("__row_key__", pa.string())]), schema.json_columns)
+    return Schema(pa.schema([(ROW_KEY, pa.string())]), schema.json_columns)
 
 
 def _fsync_tree(path: Path) -> None:

@@ -11,7 +11,8 @@
 4. ``fetching.fetch_terminal`` downloads every terminal batch not fetched yet into the store
    (partial results of expired or canceled batches included), checked against the batch's own
    counts — once: a terminal batch never changes;
-5. ``merged_output.merged_rows`` streams the published shards in order (dataset 0 shards
+5. ``mmirage.core.merge.merged_output.merged_rows`` (not this package: merging reads the
+   published shards) streams the published shards in order (dataset 0 shards
    0..n-1, dataset 1, ...) and ``row_rebuild.RowBuilder`` rebuilds each row from its
    ``__vars__``: its own placeholders replaced by the results (JSON outputs parsed and
    validated), ``output_schema`` rendered again, so a merged row is what a live ``llm`` run
@@ -42,8 +43,10 @@ from mmirage.core.process.batch.receipts import (
     read_receipts,
     resolve_receipt_paths,
 )
+from mmirage.core.process.batch.registry import BatchAdapterRegistry, load_provider_plugins
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
 from mmirage.core.process.batch.store_lock import exclusive
+from mmirage.rundir import fingerprint, pipeline_dir, pipeline_id, results_store_path
 
 if TYPE_CHECKING:
     from mmirage.config.batch_provider import BatchProviderConfig
@@ -59,13 +62,11 @@ LOOKUP_FAILED = "lookup_failed"
 
 def pipeline_state_dir(config: MMirageConfig) -> Path:
     """The pipeline's state folder, where the processor put spools and default receipts."""
-    from mmirage.core.shard.state import status_path
-
-    return status_path(config, 0).parent.parent
+    return pipeline_dir(config)
 
 
 def store_path(config: MMirageConfig) -> Path:
-    return pipeline_state_dir(config) / "batch" / "results.sqlite"
+    return results_store_path(config)
 
 
 @contextlib.contextmanager
@@ -148,8 +149,6 @@ def require_batches(scan: ReceiptScan, paths: Sequence[str] = ()) -> None:
 
 def pipeline_key(config: MMirageConfig) -> tuple[str, str]:
     """``(pipeline_id, fingerprint)``: what a receipt must carry to belong to ``config``."""
-    from mmirage.core.shard.state import fingerprint, pipeline_id
-
     return pipeline_id(config), fingerprint(config)
 
 
@@ -189,8 +188,6 @@ class AdapterPool:
     key fails only when that provider is actually needed)."""
 
     def __init__(self, config: MMirageConfig) -> None:
-        from mmirage.core.process.batch.registry import load_provider_plugins
-
         load_provider_plugins()
         self.config = config
         self._processors = {_key(p): p for p in batch_processors(config)}
@@ -222,8 +219,6 @@ class AdapterPool:
         key = _key(processor)
         adapter = self._adapters.get(key)
         if adapter is None:
-            from mmirage.core.process.batch.registry import BatchAdapterRegistry
-
             try:
                 adapter = BatchAdapterRegistry.create(processor.provider_config)
             except MissingCredentialsError as exc:

@@ -6,8 +6,10 @@ prices, long-context tiers cost more, cached input costs less. A model is matche
 by its longest listed prefix (``gpt-4o-mini-2024-07-18`` → ``gpt-4o-mini``), so dated snapshots
 find their family.
 
-Extend or override the table (later wins):
+Extend or override the table (first wins):
 
+* in the config, a batch_api processor's ``price_per_mtok`` for its model: a ``PriceBook``
+  built from the config (``PriceBook.from_config``) carries it to whoever prices the run;
 * in Python, ``register_price("my-model", input_per_mtok=0.1, output_per_mtok=0.4)``;
 * from the shell, ``MMIRAGE_PRICES=/path/prices.json`` where the file maps a model to
   ``{"input": 0.1, "output": 0.4}`` or ``[0.1, 0.4]`` (USD per 1M tokens, batch rate).
@@ -20,7 +22,8 @@ image tokens); output tokens are unknown until the batches are back.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +91,18 @@ class PriceFileError(ValueError):
 
 def register_price(model: str, input_per_mtok: float, output_per_mtok: float) -> None:
     """Add or override a model's batch price (USD per million tokens)."""
+    _registered[model.strip().lower()] = _checked(model, input_per_mtok, output_per_mtok)
+
+
+def unregister_price(model: str) -> None:
+    """Forget a price ``register_price`` added (the built-in and file prices stay)."""
+    _registered.pop(model.strip().lower(), None)
+
+
+def _checked(model: str, input_per_mtok: float, output_per_mtok: float) -> Price:
     if input_per_mtok < 0 or output_per_mtok < 0:
         raise ValueError(f"prices must not be negative (model {model!r})")
-    _registered[model.strip().lower()] = Price(float(input_per_mtok), float(output_per_mtok))
+    return Price(float(input_per_mtok), float(output_per_mtok))
 
 
 def _price_of(model: str, entry: Any, path: str) -> Price:
@@ -135,19 +147,66 @@ def _env_prices() -> dict[str, Price]:
     return prices
 
 
-def price_for(model: str | None) -> Price | None:
-    """The batch price of ``model``, or ``None`` when it is not known."""
+def _lookup(model: str | None, tables: tuple[dict[str, Price], ...]) -> Price | None:
     if not model:
         return None
     name = model.strip().lower()
-    for table in (_registered, _env_prices(), _BUILT_IN):
+    for table in tables:
         if name in table:
             return table[name]
-    for table in (_registered, _env_prices(), _BUILT_IN):
+    for table in tables:
         prefixes = [key for key in table if name.startswith(key)]
         if prefixes:
             return table[max(prefixes, key=len)]
     return None
+
+
+@dataclass(frozen=True)
+class PriceBook:
+    """The prices one run uses: its config's ``price_per_mtok`` first, then the registered
+    prices, the ``MMIRAGE_PRICES`` file and the built-in table."""
+
+    configured: dict[str, Price] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: Any) -> PriceBook:
+        """The book of every batch_api processor of ``config`` (an ``MMirageConfig``)."""
+        return cls.from_providers(
+            getattr(p, "provider_config", None) for p in getattr(config, "processors", [])
+        )
+
+    @classmethod
+    def from_providers(cls, provider_configs: Iterable[Any]) -> PriceBook:
+        configured: dict[str, Price] = {}
+        for provider_config in provider_configs:
+            price = getattr(provider_config, "price_per_mtok", None)
+            model = getattr(provider_config, "model", None)
+            if price and model:
+                configured[model.strip().lower()] = _checked(model, price["input"], price["output"])
+        return cls(configured)
+
+    def price_for(self, model: str | None) -> Price | None:
+        """The batch price of ``model``, or ``None`` when it is not known."""
+        return _lookup(model, (self.configured, _registered, _env_prices(), _BUILT_IN))
+
+    def estimate_submission(self, model: str, request_bytes: int) -> CostEstimate:
+        """The estimate shown before (or at) submission: input only, from the request bytes."""
+        tokens = estimate_input_tokens(request_bytes)
+        price = self.price_for(model)
+        return CostEstimate(model, tokens, None if price is None else price.cost(tokens, 0))
+
+    def usage_cost(self, model: str | None, input_tokens: int, output_tokens: int) -> float | None:
+        """The cost of real usage at batch prices, or ``None`` when the price is not known."""
+        price = self.price_for(model)
+        return None if price is None else price.cost(input_tokens, output_tokens)
+
+
+_DEFAULT_BOOK = PriceBook()  # what the module-level functions use: no config prices
+
+
+def price_for(model: str | None) -> Price | None:
+    """The batch price of ``model`` without any config's prices, or ``None``."""
+    return _DEFAULT_BOOK.price_for(model)
 
 
 def estimate_input_tokens(request_bytes: int) -> int:
@@ -173,16 +232,11 @@ class CostEstimate:
 
 
 def estimate_submission(model: str, request_bytes: int) -> CostEstimate:
-    """The estimate shown before (or at) submission: input only, from the request bytes."""
-    tokens = estimate_input_tokens(request_bytes)
-    price = price_for(model)
-    return CostEstimate(model, tokens, None if price is None else price.cost(tokens, 0))
+    return _DEFAULT_BOOK.estimate_submission(model, request_bytes)
 
 
 def usage_cost(model: str | None, input_tokens: int, output_tokens: int) -> float | None:
-    """The cost of real usage at batch prices, or ``None`` when the price is not known."""
-    price = price_for(model)
-    return None if price is None else price.cost(input_tokens, output_tokens)
+    return _DEFAULT_BOOK.usage_cost(model, input_tokens, output_tokens)
 
 
 def format_usd(amount: float) -> str:
@@ -194,6 +248,7 @@ __all__ = [
     "PRICES_ENV",
     "CostEstimate",
     "Price",
+    "PriceBook",
     "PriceFileError",
     "estimate_input_tokens",
     "estimate_submission",
@@ -201,16 +256,13 @@ __all__ = [
     "price_for",
     "register_config_prices",
     "register_price",
+    "unregister_price",
     "usage_cost",
 ]
 
 
 def register_config_prices(config: Any) -> None:
-    """Register the ``price_per_mtok`` of every batch_api processor of ``config`` for its
-    model (the config wins over the built-in table)."""
-    for processor in getattr(config, "processors", []):
-        provider_config = getattr(processor, "provider_config", None)
-        price = getattr(provider_config, "price_per_mtok", None)
-        model = getattr(provider_config, "model", None)
-        if price and model:
-            register_price(model, price["input"], price["output"])
+    """Register the ``price_per_mtok`` of every batch_api processor of ``config`` process-wide
+    (kept for callers of this name; a run passes ``PriceBook.from_config`` instead)."""
+    for model, price in PriceBook.from_config(config).configured.items():
+        _registered[model] = price

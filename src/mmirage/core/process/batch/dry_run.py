@@ -1,8 +1,8 @@
 """``mmirage run --export-prompts``: the pipeline runs for real, but nothing is submitted.
 
 A dry run must leave no trace that a real run would trust: its shard outputs, status and
-spools go to a temporary folder (the original marked the shards ``success``, so a real run
-afterwards skipped them and submitted nothing). What it keeps is the export file and the
+spools go to a temporary folder (shards marked ``success`` by a dry run would make the real
+run skip them and submit nothing). What it keeps is the export file and the
 dry-run receipts, which stay where the real receipts go.
 """
 
@@ -15,6 +15,7 @@ from mmirage.config.errors import ConfigError
 from mmirage.config.models import MMirageConfig
 from mmirage.config.processors import BatchApiProcessorConfig
 from mmirage.core.process.batch.receipts import batch_processors
+from mmirage.rundir import pipeline_dir
 
 
 def check_dry_run_allowed(
@@ -70,9 +71,7 @@ def check_export_target(target: Path, given: str) -> None:
 
 def dry_run_config(config: MMirageConfig, workdir: Path) -> MMirageConfig:
     """``config`` with outputs and state under ``workdir``; receipts where real ones go."""
-    from mmirage.core.shard.state import status_path
-
-    real_state = status_path(config, 0).parent.parent
+    real_state = pipeline_dir(config)
     processors = [
         _with_receipts_at(p, real_state) if isinstance(p, BatchApiProcessorConfig) else p
         for p in config.processors

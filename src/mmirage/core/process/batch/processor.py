@@ -28,9 +28,9 @@ from typing import Any
 
 import orjson
 
-from mmirage.core.process.base import OutputRequest, OutputResult, RunContext
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
-from mmirage.core.process.batch.cost import estimate_submission, register_price
+from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.creation import STOP_GRACE_S, ChunkCreator
 from mmirage.core.process.batch.intents import print_unsaved_receipt, record_receipt
 from mmirage.core.process.batch.payload import build_payload, custom_id_for, modality_of
@@ -43,7 +43,8 @@ from mmirage.core.process.batch.receipts import (
 )
 from mmirage.core.process.batch.registry import BatchAdapterRegistry
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
-from mmirage.core.writer.renderer import make_placeholder
+from mmirage.core.render.renderer import make_placeholder
+from mmirage.rundir import batch_spool_dir
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +60,14 @@ def export_file(path: str, run_id: str) -> Path:
     return Path(expanded) / f"exported_prompts.{run_id}.jsonl"
 
 
-class BatchApiProcessor:
+class BatchApiProcessor(Processor):
     journal_results = False  # the spool remembers every request (see base.py)
+
+    @classmethod
+    def from_config(cls, config: Any, context: RunContext | None = None) -> BatchApiProcessor:
+        if context is None:
+            raise ValueError("a batch_api processor needs the run's context")
+        return cls(config, context)
 
     def __init__(self, config: Any, context: RunContext) -> None:
         self.config = config
@@ -82,11 +89,8 @@ class BatchApiProcessor:
             self.export_path.touch()  # fail now, not after the first chunk, on a bad path
         self.base = receipt_base(self.provider_config, context.state_dir)
         name = config.name or config.type
-        self._root = (
-            Path(context.state_dir)
-            / ("batch-dry-run" if self.dry_run else "batch")
-            / name
-            / f"shard-{context.shard_id}-of-{context.num_shards}"
+        self._root = batch_spool_dir(
+            context.state_dir, name, context.shard_id, context.num_shards, dry_run=self.dry_run
         )
         if context.fresh and self._root.exists():
             # --recompute: what earlier runs spooled was built from another configuration;
@@ -109,10 +113,7 @@ class BatchApiProcessor:
         self._schemas: dict[str, dict[str, Any] | None] = {}
         self.submitted_batches = 0
         self.spooled_bytes = 0  # request bytes spooled by this run, for the cost estimate
-        price = self.provider_config.price_per_mtok
-        model = getattr(self.provider_config, "model", None)
-        if price and model:
-            register_price(model, price["input"], price["output"])
+        self.prices = PriceBook.from_providers([self.provider_config])
 
     # -- the Processor protocol ------------------------------------------------------------
 
@@ -164,7 +165,7 @@ class BatchApiProcessor:
         if not self.spooled_bytes:
             return None
         model = str(getattr(self.provider_config, "model", self.provider_config.provider))
-        estimate = estimate_submission(model, self.spooled_bytes)
+        estimate = self.prices.estimate_submission(model, self.spooled_bytes)
         self.spooled_bytes = 0
         return f"{'exported' if self.dry_run else 'submitted'} {estimate.describe()}"
 

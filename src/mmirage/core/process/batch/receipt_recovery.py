@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 
 from mmirage.core.process.batch.receipts import MODALITIES
+from mmirage.rundir import batch_dir
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def with_spooled_receipts(paths: Sequence[str], state_dir: Path) -> list[str]:
     if not runs:
         return list(paths)
     markers: list[str] = []
-    for marker in sorted((state_dir / "batch").glob(_MARKERS)):
+    for marker in sorted(batch_dir(state_dir).glob(_MARKERS)):
         if _run_of_marker(marker) in runs:
             markers.append(str(marker))
     return [*paths, *markers]

@@ -1,7 +1,8 @@
 """Receipts: one JSON line per submitted chunk, in ``<base>.<modality>.<run_id>.jsonl``.
 
 ``<base>`` is ``metadata_output_path`` without ``.jsonl`` (the original's format), or
-``<state folder>/batch_metadata`` when the path is empty (the original then lost its receipts).
+``<state folder>/batch_metadata`` when the path is empty (a receipt must always land somewhere:
+without it a paid batch could not be merged).
 Dry runs write ``<base>.dry-run.<modality>.<run_id>.jsonl``, which ``check`` and ``merge`` skip.
 
 A receipt line keeps the original's keys (``provider``, ``chunk_id``, ``provider_batch_id``,

@@ -3,22 +3,18 @@
 Built-ins (openai, anthropic, gemini) are added lazily. Custom providers register in-process
 (``BatchAdapterRegistry.register``) or, for the plain CLI, through the ``mmirage.batch_providers``
 entry-point group or ``MMIRAGE_BATCH_PROVIDERS=module[,module...]`` (modules imported before the
-config is loaded, which register themselves on import); see ``load_provider_plugins``.
+config is loaded, which register themselves on import); see ``mmirage.config.plugins``.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import os
 from typing import Any, ClassVar
 
+from mmirage.config.plugins import load_provider_plugins
+from mmirage.config.provider_resolution import PLUGIN_ENV, normalize_provider_name
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
-from mmirage.core.process.batch.provider_resolution import (
-    PLUGIN_ENV,
-    PLUGIN_GROUP,
-    normalize_provider_name,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -92,42 +88,11 @@ class BatchAdapterRegistry:
         cls._registry.clear()
 
 
-# The original's name for the same factory.
+# The spec's name for the same factory.
 class BatchAdapterFactory:
     @staticmethod
     def from_config(config: Any, allow_missing_credentials: bool = False) -> BatchSubmissionAdapter:
         return BatchAdapterRegistry.create(config, allow_missing_credentials)
-
-
-_plugins_loaded = False
-
-
-def load_provider_plugins() -> None:
-    """Import every custom provider module named by the entry-point group and the environment
-    variable (once per process). A module that fails to import is an error naming it."""
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=PLUGIN_GROUP):
-        try:
-            loaded = ep.load()
-        except Exception as exc:
-            raise ImportError(
-                f"the batch provider plugin '{ep.name}' ({ep.value}) failed to load: {exc}"
-            ) from exc
-        if callable(loaded) and not isinstance(loaded, type):
-            loaded()  # an entry point may name a register() function instead of a module
-    for module in filter(None, (m.strip() for m in os.environ.get(PLUGIN_ENV, "").split(","))):
-        try:
-            importlib.import_module(module)
-        except Exception as exc:
-            raise ImportError(
-                f"{PLUGIN_ENV} names the module '{module}', which failed to import: {exc}; "
-                "check that it is on PYTHONPATH"
-            ) from exc
 
 
 __all__ = [

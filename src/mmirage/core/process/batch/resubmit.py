@@ -54,6 +54,7 @@ from mmirage.core.process.batch.retry_adoption import (
     settle_interrupted_retries,
 )
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
+from mmirage.rundir import batch_dir, retry_lock_path
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -115,8 +116,8 @@ class _Resubmitter:
         self.run_id = run_id
         self.state_dir = pipeline_state_dir(config)
         self.stamp = pipeline_key(config)
-        self.root = self.state_dir / "batch" / f"{RETRY_PREFIX}{run_id}"
-        self.creator = ChunkCreator(self.state_dir / "batch")
+        self.root = batch_dir(self.state_dir) / f"{RETRY_PREFIX}{run_id}"
+        self.creator = ChunkCreator(batch_dir(self.state_dir))
         self._targets: dict[tuple[str, str], _Target] = {}
         self._chunks = itertools.count(1)
 
@@ -232,9 +233,7 @@ def _retry_lock(config: MMirageConfig) -> Iterator[None]:
     failures."""
     import fcntl
 
-    from mmirage.core.shard.state import status_path
-
-    path = status_path(config, 0).parent.parent / "batch" / "retry.lock"
+    path = retry_lock_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as lock:
         try:

@@ -12,7 +12,7 @@ Three tables (stdlib ``sqlite3``, writes in ``executemany`` batches of ``WRITE_B
   where its request lines are (``spool_path``, for ``retry``), its last known status, whether
   it was fetched, and the span of row numbers it holds;
 * ``requests`` — each request → the batch of its *latest* submission (a ``retry`` receipt is
-  newer than the original one, so it wins);
+  newer than the first one, so it wins);
 * ``results`` — each request → its latest outcome. A success is never replaced by a failure;
   a later success replaces an earlier one, a later failure an earlier failure ("merge takes the
   latest success per row").
@@ -31,20 +31,28 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-SUCCEEDED, FAILED, EXPIRED, CANCELED, MISSING, RUNNING = (
-    "succeeded",
-    "failed",
-    "expired",
-    "canceled",
-    "missing",
-    "running",
+from mmirage.core.process.batch.batch_records import (
+    CANCELED,
+    EXPIRED,
+    FAILED,
+    MISSING,
+    OUTCOMES,
+    RUNNING,
+    SUCCEEDED,
+    BatchRecord,
+    RequestOutcome,
+    failure_state,
+    join_id,
+    result_line,
+    split_id,
 )
-OUTCOMES = (SUCCEEDED, FAILED, EXPIRED, CANCELED, MISSING, RUNNING)
+
+Outcome = RequestOutcome  # kept importable; renamed apart from llm_kit.batch.backend.Outcome
 WRITE_BATCH = 5000
 _IN_BATCH = 900  # bound variables per query, under every SQLite build's limit
 
@@ -128,102 +136,6 @@ FROM requests AS q LEFT JOIN results AS r
     ON r.source_index = q.source_index AND r.tag = q.tag
 WHERE q.source_index {where}
 """
-
-
-def split_id(custom_id: str) -> tuple[int, str]:
-    """``answer-text-42`` → ``(42, "answer-text")``; any other shape → ``(-1, custom_id)``."""
-    tag, _, number = custom_id.rpartition("-")
-    if tag and number.isdigit() and (number == "0" or not number.startswith("0")):
-        return int(number), tag
-    return -1, custom_id
-
-
-def join_id(source_index: int, tag: str) -> str:
-    return tag if source_index < 0 else f"{tag}-{source_index}"
-
-
-@dataclass(frozen=True)
-class BatchRecord:
-    """What the store knows of one provider batch (from its receipt, then from polling)."""
-
-    provider: str
-    batch_id: str
-    processor: str | None = None
-    modality: str | None = None
-    spool_path: str | None = None
-    submitted_at: str = ""
-    request_count: int = 0
-    status: str | None = None
-    provider_status: str | None = None
-    fetched: bool = False
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.provider, self.batch_id)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """The latest outcome of one request, as merge and retry use it."""
-
-    custom_id: str
-    state: str  # one of OUTCOMES
-    text: str | None = None
-    message: str | None = None
-    retryable: bool | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.state == SUCCEEDED
-
-    def reason(self) -> str:
-        """One sentence for the row's ``__errors__``."""
-        if self.state == RUNNING:
-            return "pending: its batch is still running; rerun merge later or use --wait"
-        return f"{self.state}: {self.message}" if self.message else self.state
-
-
-def failure_state(kind: str | None) -> str:
-    """A result's ``error_kind`` (provider words vary) → failed, expired, canceled or missing."""
-    word = (kind or "").strip().lower()
-    if "expire" in word:
-        return EXPIRED
-    if "cancel" in word:
-        return CANCELED
-    if word in (MISSING, "not_found", "no_result"):
-        return MISSING
-    return FAILED
-
-
-def _usage(value: Any) -> int | None:
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _result_line(batch_no: int, row: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """An adapter's result row (see ``adapter.py``) as a ``results`` line; ``None`` without id."""
-    custom_id = row.get("custom_id")
-    if not custom_id:
-        return None
-    status = str(row.get("status") or "succeeded").lower()
-    text = row.get("generated_text")
-    ok = status not in ("error", "errored", "failed") and text is not None
-    retryable = row.get("retryable")
-    return (
-        *split_id(str(custom_id)),
-        batch_no,
-        int(ok),
-        None if text is None else str(text),
-        None if ok else str(row.get("error_kind") or "errored"),
-        None if ok else str(row.get("error_message") or "the provider returned no text"),
-        None if retryable is None else int(bool(retryable)),
-        _usage(row.get("input_tokens")),
-        _usage(row.get("output_tokens")),
-    )
 
 
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -357,7 +269,7 @@ class ResultsStore:
         stored = 0
         with self._db:
             for chunk in _chunks(rows, WRITE_BATCH):
-                lines = sorted(line for row in chunk if (line := _result_line(no, row)))
+                lines = sorted(line for row in chunk if (line := result_line(no, row)))
                 self._db.executemany(_UPSERT_RESULT, lines)
                 stored += len(lines)
             low, high = self._spans[no]
@@ -367,17 +279,19 @@ class ResultsStore:
         self._batches[record.key] = replace(record, fetched=True)
         return stored
 
-    def lookup(self, custom_ids: Sequence[str]) -> dict[str, Outcome]:
+    def lookup(self, custom_ids: Sequence[str]) -> dict[str, RequestOutcome]:
         """The latest outcome of each id (every id gets one)."""
         wanted = {split_id(cid): cid for cid in custom_ids}
-        found: dict[str, Outcome] = {}
+        found: dict[str, RequestOutcome] = {}
         for line in self._outcome_lines(sorted({i for i, _ in wanted})):
             cid = wanted.get((line[0], line[1]))
             if cid is not None:
                 found[cid] = self._outcome(cid, line)
         for cid in custom_ids:
             if cid not in found:
-                found[cid] = Outcome(cid, MISSING, message="no batch receipt names this request")
+                found[cid] = RequestOutcome(
+                    cid, MISSING, message="no batch receipt names this request"
+                )
         return found
 
     def _outcome_lines(self, indices: list[int]) -> Iterator[tuple[Any, ...]]:
@@ -393,14 +307,14 @@ class ResultsStore:
             sql = _OUTCOMES.format(where=f"IN ({','.join('?' * len(chunk))})")
             yield from self._db.execute(sql, chunk)
 
-    def _outcome(self, cid: str, line: tuple[Any, ...]) -> Outcome:
+    def _outcome(self, cid: str, line: tuple[Any, ...]) -> RequestOutcome:
         _, _, latest, result_no, ok, text, kind, message, retryable, tin, tout = line
         if ok:
-            return Outcome(cid, SUCCEEDED, text, input_tokens=tin, output_tokens=tout)
+            return RequestOutcome(cid, SUCCEEDED, text, input_tokens=tin, output_tokens=tout)
         latest_key = self._by_number.get(latest)
         latest_done = latest_key is None or self._batches[latest_key].fetched
         if result_no is not None and (latest_done or latest == result_no):
-            return Outcome(
+            return RequestOutcome(
                 cid,
                 failure_state(kind),
                 message=message,
@@ -410,8 +324,8 @@ class ResultsStore:
             )
         if latest_done:
             batch = latest_key[1] if latest_key else "?"
-            return Outcome(cid, MISSING, message=f"batch {batch} returned no result for it")
-        return Outcome(cid, RUNNING)
+            return RequestOutcome(cid, MISSING, message=f"batch {batch} returned no result for it")
+        return RequestOutcome(cid, RUNNING)
 
     def failed_requests(self, *, only_retryable: bool = False) -> Iterator[tuple[str, str, str]]:
         """``(provider, batch_id, custom_id)`` of every request whose latest outcome is a
@@ -441,6 +355,7 @@ __all__ = [
     "SUCCEEDED",
     "BatchRecord",
     "Outcome",
+    "RequestOutcome",
     "ResultsStore",
     "failure_state",
     "join_id",

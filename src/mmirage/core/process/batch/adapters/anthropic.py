@@ -9,7 +9,8 @@ from llm_kit.batch.job import JobState, ProviderBatch
 from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
 from mmirage.config.batch_provider import AnthropicBatchConfig
 from mmirage.core.process.batch.adapter import COMPLETED, FAILED
-from mmirage.core.process.batch.adapters._common import LlmKitBatchAdapter, sampling_of
+from mmirage.core.process.batch.adapters._common import LlmKitBatchAdapter
+from mmirage.core.process.batch.adapters.wire import sampling_of
 
 _CUSTOM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -45,9 +46,9 @@ class AnthropicBatchAdapter(LlmKitBatchAdapter[AnthropicBatchConfig]):
     def normalize(self, state: JobState | None, batch: ProviderBatch) -> str:
         """``ended`` is ``completed`` when at least one request succeeded, else ``failed``.
 
-        The original called every ended batch completed, even one whose requests were all
-        canceled, expired or errored; a partly canceled or expired batch stays completed here
-        too (its finished results are retrievable, the others come back as error rows).
+        A batch whose requests were all canceled, expired or errored has nothing to merge, so
+        it is failed; a partly canceled or expired batch is completed (its
+        finished results are retrievable, the others come back as error rows).
         """
         if state is not None and state.is_terminal:
             return COMPLETED if batch.counts.succeeded else FAILED

@@ -8,7 +8,8 @@ from typing import Any
 from llm_kit.batch.job import ProviderBatch
 from llm_kit.providers.gemini_batch import GeminiBatchBackend
 from mmirage.config.batch_provider import GeminiBatchConfig
-from mmirage.core.process.batch.adapters._common import LlmKitBatchAdapter, sampling_of
+from mmirage.core.process.batch.adapters._common import LlmKitBatchAdapter
+from mmirage.core.process.batch.adapters.wire import sampling_of
 
 
 class GeminiBatchAdapter(LlmKitBatchAdapter[GeminiBatchConfig]):

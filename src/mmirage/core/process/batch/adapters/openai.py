@@ -6,7 +6,8 @@ from typing import Any
 
 from llm_kit.providers.openai_batch import OpenAIBatchBackend
 from mmirage.config.batch_provider import OpenAIBatchConfig
-from mmirage.core.process.batch.adapters._common import LlmKitBatchAdapter, sampling_of
+from mmirage.core.process.batch.adapters._common import LlmKitBatchAdapter
+from mmirage.core.process.batch.adapters.wire import sampling_of
 
 
 class OpenAIBatchAdapter(LlmKitBatchAdapter[OpenAIBatchConfig]):

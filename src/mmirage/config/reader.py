@@ -4,10 +4,11 @@ Order: parse YAML → expand ``${VAR}`` in configuration values (not in template
 section (unknown keys, types, values) → cross-checks (processor selection, template variables)
 → defaults that depend on the file (``state_dir``).
 
-Paths: ``~`` is expanded; relative paths stay relative to the working directory, as in the
-original. ``loading_params.state_dir`` defaults to ``$XDG_CACHE_HOME/mmirage/state/<config
-stem>-<hash of the config's absolute path>`` (``~/.cache`` without XDG_CACHE_HOME), so two
-pipelines never share retry counts and statuses; a dict config hashes its content instead.
+Paths: ``~`` is expanded; relative paths stay relative to the working directory, where existing
+configs expect them. ``loading_params.state_dir`` defaults to
+``$XDG_CACHE_HOME/mmirage/state/<config stem>-<hash of the config's absolute path>``
+(``~/.cache`` without XDG_CACHE_HOME), so two pipelines never share retry counts and statuses; a
+dict config hashes its content instead.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from typing import Any
 from mmirage.config.envvars import expand_tree, format_path
 from mmirage.config.errors import ConfigError
 from mmirage.config.execution import ExecutionParams
-from mmirage.config.loading import LoadingParams
+from mmirage.config.loading_params import LoadingParams
 from mmirage.config.models import MMirageConfig, ProcessorSelectionError, select_processor
-from mmirage.config.processing import (
+from mmirage.config.plugins import load_processor_plugins, load_provider_plugins
+from mmirage.config.processing_params import (
     OUTPUT_TYPES,
     BatchApiOutput,
     ImageGenOutput,
@@ -38,6 +40,11 @@ from mmirage.config.processors import (
     BatchApiProcessorConfig,
     ImageGenProcessorConfig,
     ProcessorConfig,
+)
+from mmirage.config.provider_resolution import (
+    BatchProviderConfigRegistry,
+    UnknownBatchProviderError,
+    normalize_provider_name,
 )
 from mmirage.config.templates import TemplateProblem, strings_in, undeclared_names
 from mmirage.config.validation import build, describe_value, unknown_key_problem
@@ -92,6 +99,12 @@ def load_mmirage_config_dict(
     for key in _REQUIRED_SECTIONS:
         if key not in data:
             raise ConfigError(source, key, "is required")
+    # Plugins (entry points, MMIRAGE_PROCESSORS) register their processor types on import:
+    # before any type: is read, so the plain CLI knows them.
+    try:
+        load_processor_plugins()
+    except ImportError as exc:
+        raise ConfigError(source, "processors", str(exc)) from None
     expanded = expand_tree(data, env, source)
 
     processors = _processors(expanded["processors"], source)
@@ -161,14 +174,6 @@ def _processor(raw: Any, path: tuple[str | int, ...], source: str) -> ProcessorC
 def _batch_api_processor(
     raw: dict[str, Any], path: tuple[str | int, ...], source: str
 ) -> BatchApiProcessorConfig:
-    # Imported here: the registry lives in core/ and users register providers before loading.
-    from mmirage.core.process.batch.provider_resolution import (
-        BatchProviderConfigRegistry,
-        UnknownBatchProviderError,
-        normalize_provider_name,
-    )
-    from mmirage.core.process.batch.registry import load_provider_plugins
-
     # Plugins (entry points, MMIRAGE_BATCH_PROVIDERS) register their providers on import:
     # before the name is resolved, so the plain CLI knows them.
     try:
@@ -311,7 +316,8 @@ def _check_processor_selection(
 
 
 def _check_templates(params: ProcessingParams, source: str) -> None:
-    """Every Jinja name must be an input or an earlier output (the original rendered "")."""
+    """Every Jinja name must be an input or an earlier output (rendering "" would hide a typo
+    in every row)."""
     known = [v.name for v in params.inputs]
     batch: list[str] = []  # batch_api outputs: their values exist only after merge
     for index, output in enumerate(params.outputs):

@@ -2,11 +2,11 @@
 
 A dataset's shards are what ``run`` publishes under its ``output_dir``: ``shard-<k>-of-<n>/``
 (HF ``save_to_disk``), ``shard-<k>-of-<n>.parquet`` or ``shard-<k>-of-<n>.jsonl``, in any mix
-(a shard published before ``output_format`` changed keeps its format). Unlike the original, a
-merge checks that all ``n`` shards are there and refuses an incomplete set unless asked
-(``allow_partial``): the original silently dropped missing shards. Rows are written in shard
+(a shard published before ``output_format`` changed keeps its format). A merge checks that all
+``n`` shards are there and refuses an incomplete set unless asked (``allow_partial``): a merged
+file silently missing shards would look complete. Rows are written in shard
 order and file order, which is the source order (shards are contiguous). ``merge_dir`` also
-accepts the original's ``shard_<k>/`` directories, so its outputs can be merged too.
+accepts the reference pipeline's ``shard_<k>/`` directories, so its outputs can be merged too.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmirage.core.shard.output import ShardOutput
 from mmirage.core.shard.published import repair_hint
+from mmirage.core.shard.state import SUCCESS, read_status, shard_state
 from mmirage.core.writer.formats import (
     Format,
     FormatError,
@@ -29,6 +30,7 @@ from mmirage.core.writer.formats import (
     target_path,
     write_dataset,
 )
+from mmirage.rundir import ERRORS, USAGE, status_path
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -80,8 +82,8 @@ class MergeResult:
     def count(self, batch: list[dict[str, Any]]) -> None:
         for row in batch:
             self.rows += 1
-            self.rows_failed += bool(row.get("__errors__"))
-            usage = row.get("__usage__")
+            self.rows_failed += bool(row.get(ERRORS))
+            usage = row.get(USAGE)
             if isinstance(usage, Mapping):
                 self.input_tokens += int(usage.get("input_tokens") or 0)
                 self.output_tokens += int(usage.get("output_tokens") or 0)
@@ -287,9 +289,6 @@ def stats_report(config: MMirageConfig) -> dict[str, Any]:
     the published shards. ``per_shard`` holds each status dict plus ``state`` (with stale and
     exhausted detection) and ``published`` (rows counted per dataset from the shard files).
     GPU fields are null: nothing here measures GPUs."""
-    from mmirage.core.shard.output import ShardOutput
-    from mmirage.core.shard.state import SUCCESS, read_status, shard_state, status_path
-
     lp = config.loading_params
     n = lp.num_shards
     # A batch_api output's tokens are known only to the merge of its results: null, not 0.

@@ -42,7 +42,7 @@ class InputVar:
 
 
 def _output_type(value: object) -> object:
-    # The original enabled JSON only for the exact string "JSON" and treated "json" as plain.
+    # Any case: "json" meaning plain text would silently drop the schema.
     if value is None or value == "":
         return "plain"
     if isinstance(value, str) and value.strip().lower() in ("json", "plain"):

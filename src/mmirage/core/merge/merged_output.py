@@ -10,9 +10,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mmirage.core.merge.row_rebuild import MergeTotals, RowBuilder
+from mmirage.core.merge.shards import config_shards
+from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.errors import CollectorError
 from mmirage.core.process.batch.results_store import ResultsStore
-from mmirage.core.process.batch.row_rebuild import MergeTotals, RowBuilder
+from mmirage.core.writer.formats import FormatError, write_dataset
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -21,8 +24,6 @@ if TYPE_CHECKING:
 def published_shards(config: MMirageConfig) -> list[Any]:
     """Every dataset's published shards in order, or a ``CollectorError`` naming the first
     shard that is not published yet."""
-    from mmirage.core.writer.merge import config_shards
-
     lp = config.loading_params
     ordered: list[Any] = []
     for ds in lp.datasets:
@@ -56,15 +57,13 @@ def write_merged(
     config: MMirageConfig, store: ResultsStore, output_path: str | Path
 ) -> MergeTotals:
     """Write the merged dataset to ``output_path`` as one ordered JSONL file, atomically."""
-    from mmirage.core.writer.formats import FormatError, write_dataset
-
     shards = published_shards(config)
     dest = Path(output_path).expanduser()
     if any(dest.resolve() == Path(s.path).resolve() for s in shards):
         raise CollectorError(
             f"--output-path {dest} is one of the published shards it reads; choose another file"
         )
-    totals = MergeTotals()
+    totals = MergeTotals(prices=PriceBook.from_config(config))
     try:
         write_dataset(lambda: merged_rows(config, store, totals, shards), dest, "jsonl")
     except FormatError as exc:

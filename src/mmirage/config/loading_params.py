@@ -15,7 +15,8 @@ _DATASET_TYPES = {"jsonl": "JSONL", "loadable": "loadable", "parquet": "parquet"
 
 
 def _dataset_type(value: object) -> object:
-    # The original was case-sensitive ("jsonl" failed); accept any case, store the canonical name.
+    # Any case ("jsonl", "JSONL"): a case mismatch is no reason to refuse a run; store the
+    # canonical name.
     return _DATASET_TYPES.get(value.strip().lower(), value) if isinstance(value, str) else value
 
 
@@ -45,9 +46,9 @@ class DatasetConfig:
 
 @dataclass
 class LoadingParams:
-    """``state_dir`` defaults per config file (see ``loader.default_state_dir``); ``shard_id``
+    """``state_dir`` defaults per config file (see ``reader.default_state_dir``); ``shard_id``
     ``None`` means "the shard the CLI or executor chose" — a literal number pins it.
-    ``output_format`` is new (the original only wrote HF directories, which stays the default)."""
+    ``output_format`` defaults to HF directories, what existing readers of the outputs expect."""
 
     datasets: list[DatasetConfig] = field(default_factory=list)
     state_dir: OptionalPathStr = None

@@ -16,22 +16,22 @@ from typing import TYPE_CHECKING, Any
 
 from llm_kit.errors import ResponseValidationError
 from llm_kit.schema import parse_response
+from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.payload import custom_id_for
 from mmirage.core.process.batch.receipts import MODALITIES
-from mmirage.core.process.batch.results_store import SUCCEEDED, Outcome
-from mmirage.core.process.variables import RowError
-from mmirage.core.writer.renderer import (
-    PLACEHOLDER_PREFIX,
+from mmirage.core.process.batch.results_store import SUCCEEDED, RequestOutcome
+from mmirage.core.render.renderer import (
     find_placeholders,
     is_placeholder,
     render_failed_columns,
     render_value,
 )
+from mmirage.core.render.variables import RowError
+from mmirage.rundir import ERRORS, PLACEHOLDER_PREFIX, USAGE, VARS
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
-ROW_KEY, ERRORS, USAGE, VARS = "__row_key__", "__errors__", "__usage__", "__vars__"
 INVALID = "invalid"  # a result that came back but is not valid JSON for its schema
 _PREFIX_LEN = len(PLACEHOLDER_PREFIX)
 
@@ -47,8 +47,9 @@ class MergeTotals:
     output_tokens: int = 0
     usage_reported: bool = False
     tokens_by_model: dict[str, list[int]] = field(default_factory=dict)
+    prices: PriceBook = field(default_factory=PriceBook)  # the run's, to price the tokens
 
-    def add_usage(self, model: str | None, outcome: Outcome) -> bool:
+    def add_usage(self, model: str | None, outcome: RequestOutcome) -> bool:
         if outcome.input_tokens is None and outcome.output_tokens is None:
             return False
         tin, tout = outcome.input_tokens or 0, outcome.output_tokens or 0
@@ -102,7 +103,7 @@ class RowBuilder:
         self,
         row: dict[str, Any],
         pending: Sequence[tuple[str, str]],
-        outcomes: Mapping[str, Outcome],
+        outcomes: Mapping[str, RequestOutcome],
         totals: MergeTotals,
     ) -> dict[str, Any]:
         """``row`` rebuilt in place; ``pending`` is ``self.pending(row)``."""
@@ -138,7 +139,7 @@ class RowBuilder:
         totals.rows_with_errors += bool(errors)
         return row
 
-    def _value(self, name: str, outcome: Outcome) -> tuple[str, Any]:
+    def _value(self, name: str, outcome: RequestOutcome) -> tuple[str, Any]:
         """(state, value) for a usable result, else (state, the reason for ``__errors__``)."""
         if not outcome.ok:
             return outcome.state, outcome.reason()

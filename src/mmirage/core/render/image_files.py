@@ -16,7 +16,7 @@ import os
 
 from llm_kit.errors import ItemError
 from llm_kit.images import check_image_file
-from mmirage.core.process.row_error import RowError
+from mmirage.core.render.row_error import RowError
 
 OPT_IN_FIELD = "processing_params.allow_absolute_image_paths"
 

@@ -1,0 +1,187 @@
+"""A row's input variables: JMESPath lookups, images resolved to a path or a URL.
+
+A row that cannot yield its variables raises ``RowError``: only that row fails, so one missing
+field or image does not cost the shard's other rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Protocol
+
+import jmespath
+from jmespath.parser import ParsedResult
+
+from llm_kit.images import sniff_media_type
+from mmirage.core.render.image_files import local_image_path
+from mmirage.core.render.row_error import RowError
+
+if TYPE_CHECKING:
+    from mmirage.config.processing_params import ProcessingParams
+
+
+class InputSpec(Protocol):
+    """What extraction reads from ``config.processing.InputVar``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+
+
+_FIELD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+class _FieldPath:
+    """``a.b.c``: what JMESPath answers for a plain field path, a few times faster (most keys
+    are plain column names, and this runs for every input of every row)."""
+
+    def __init__(self, key: str) -> None:
+        self.parts = tuple(key.split("."))
+
+    def search(self, value: Any) -> Any:
+        for part in self.parts:
+            if not isinstance(value, Mapping):
+                return None
+            value = value.get(part)
+        return value
+
+
+@lru_cache(maxsize=1024)
+def compile_key(key: str) -> ParsedResult | _FieldPath:
+    """One compiled expression per distinct key, shared by every row and every extractor."""
+    if _FIELD_PATH.match(key):
+        return _FieldPath(key)
+    return jmespath.compile(key)
+
+
+def _is_url(value: str) -> bool:
+    return value.startswith(("http://", "https://", "data:"))
+
+
+def resolve_image(
+    value: Any,
+    variable: str,
+    image_base_path: str | None = None,
+    *,
+    allow_absolute: bool = False,
+) -> str:
+    """An image reference as a string ``Message.user(image_urls=...)`` accepts.
+
+    http(s) and data URLs are kept; a local path or ``file://`` URL must name an image file
+    inside ``image_base_path`` (else the working directory), or anywhere with
+    ``allow_absolute`` for absolute ones, and becomes its real absolute path (see
+    ``image_files``). HF ``Image`` cells (``{"bytes", "path"}``) and raw bytes become data
+    URLs, as no file may exist for them.
+    """
+    if isinstance(value, Mapping) and ("bytes" in value or "path" in value):
+        if value.get("bytes"):
+            return _data_url(value["bytes"], str(value.get("path") or ""))
+        value = value.get("path")
+    if isinstance(value, bytes | bytearray):
+        return _data_url(bytes(value), "")
+    if not isinstance(value, str) or not value.strip():
+        raise RowError(
+            f"image variable '{variable}' must be a path or URL string, got "
+            f"{type(value).__name__} {value!r:.80}; fix the column or its JMESPath key",
+            variable=variable,
+        )
+    if _is_url(value):
+        return value
+    return local_image_path(value, variable, image_base_path, allow_absolute=allow_absolute)
+
+
+def _data_url(data: bytes, name: str) -> str:
+    return f"data:{sniff_media_type(data, name)};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+class VariableExtractor:
+    """Extracts one dataset's input variables from its rows (built once, used per row).
+
+    ``optional`` names inputs whose missing value becomes ``None`` instead of a ``RowError``;
+    an ``optional`` attribute on an input (once the config has one) does the same.
+    """
+
+    def __init__(
+        self,
+        inputs: Iterable[InputSpec],
+        *,
+        image_base_path: str | None = None,
+        optional: Collection[str] = (),
+        allow_absolute_image_paths: bool = False,
+    ) -> None:
+        self.inputs: tuple[InputSpec, ...] = tuple(inputs)
+        self.image_base_path = image_base_path
+        self.allow_absolute_image_paths = allow_absolute_image_paths
+        self._optional = frozenset(optional) | {
+            i.name for i in self.inputs if getattr(i, "optional", False)
+        }
+        self._compiled = [(i, compile_key(i.key)) for i in self.inputs]
+
+    @classmethod
+    def for_params(cls, params: ProcessingParams, image_base_path: str | None) -> VariableExtractor:
+        """The extractor of ``processing_params`` for one dataset (its ``image_base_path``)."""
+        return cls(
+            params.inputs,
+            image_base_path=image_base_path,
+            allow_absolute_image_paths=params.allow_absolute_image_paths,
+        )
+
+    def extract(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """``{name: value}`` in declared order; images as path or URL strings (or lists)."""
+        variables: dict[str, Any] = {}
+        for spec, expression in self._compiled:
+            value = expression.search(row)
+            if value is None:
+                if spec.name not in self._optional:
+                    raise RowError(
+                        f"input variable '{spec.name}' with key '{spec.key}' is missing or null "
+                        "in this row; fix the data or mark the input optional: true",
+                        variable=spec.name,
+                        key=spec.key,
+                    )
+            elif spec.type == "image":
+                value = self._images(value, spec.name)
+            variables[spec.name] = value
+        return variables
+
+    def _images(self, value: Any, name: str) -> str | list[str]:
+        # A list of images stays a list (one row, several images); a bytes/HF cell is one image.
+        if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
+            return [self._image(v, name) for v in value]
+        return self._image(value, name)
+
+    def _image(self, value: Any, name: str) -> str:
+        return resolve_image(
+            value, name, self.image_base_path, allow_absolute=self.allow_absolute_image_paths
+        )
+
+
+def extract_variables(
+    row: Mapping[str, Any],
+    inputs: Iterable[InputSpec],
+    *,
+    image_base_path: str | None = None,
+    optional: Collection[str] = (),
+) -> dict[str, Any]:
+    """One-shot form of ``VariableExtractor(...).extract(row)`` (keys are still compiled once)."""
+    return VariableExtractor(inputs, image_base_path=image_base_path, optional=optional).extract(
+        row
+    )
+
+
+def image_urls(variables: Mapping[str, Any], names: Iterable[str]) -> list[str]:
+    """The row's images, flattened in the given variable order, skipping optional ``None``s."""
+    urls: list[str] = []
+    for name in names:
+        value = variables.get(name)
+        if isinstance(value, str):
+            urls.append(value)
+        elif isinstance(value, list):
+            urls.extend(value)
+    return urls

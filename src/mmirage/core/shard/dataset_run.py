@@ -1,0 +1,130 @@
+"""One dataset of a shard, from its checkpoint to its published file: rows are read, handed to
+the processors a group at a time (two groups in flight), appended to the part file and
+checkpointed per group; results are journaled as they arrive."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from mmirage.core.loader import DatasetShard
+from mmirage.core.process.base import Processor
+from mmirage.core.shard.journal import ResultJournal
+from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
+from mmirage.core.shard.progress import RowProgress
+from mmirage.core.shard.reading import Item, rows_from
+from mmirage.core.shard.recovery import locator
+from mmirage.core.shard.report import ShardReport
+from mmirage.core.shard.rows import RowWorker
+from mmirage.core.shard.state import ShardStatus
+from mmirage.core.shard.tally import tally
+from mmirage.rundir import COUNTERS, ERRORS, ROW_KEY, journal_path
+
+if TYPE_CHECKING:
+    from mmirage.config.models import MMirageConfig
+
+logger = logging.getLogger("mmirage.core.shard.runner")  # the name users filter on
+
+
+def open_journal(out: ShardOutput, fp: str) -> ResultJournal:
+    """The journal of ``out``'s part file, open for this configuration ``fp``."""
+    journal = ResultJournal(journal_path(out.part), fp)
+    journal.open()
+    return journal
+
+
+def group_rows(config: MMirageConfig, procs: Mapping[str, Processor]) -> int:
+    """Rows per group: ``batch_size``, more when a processor needs more to stay busy."""
+    wanted = [int(p.group_rows) for p in procs.values()]
+    return max([config.loading_params.batch_size, *wanted])
+
+
+async def run_dataset(
+    config: MMirageConfig,
+    shard: DatasetShard,
+    offsets: Mapping[tuple[int, str | None], int],
+    out: ShardOutput,
+    fp: str,
+    procs: Mapping[str, Processor],
+    status: ShardStatus,
+    report: ShardReport,
+) -> ShardCheckpoint:
+    """Run ``shard`` (one dataset of the shard) from its checkpoint to its published file."""
+    rows_per_group = group_rows(config, procs)
+    ckpt = out.open(fp, locator(shard))
+    if ckpt.rows_done:
+        logger.info("shard %d: resuming %s after %d rows", shard.shard_id, out.part, ckpt.rows_done)
+    report.resumed_rows += ckpt.rows_done
+    journal = open_journal(out, fp)
+    bar = RowProgress(
+        shard.num_rows,
+        f"shard {shard.shard_id} · dataset {shard.dataset_index}",
+        ckpt.rows_done,
+        ckpt.rows_failed,
+    )
+    if ckpt.range_index < len(shard.ranges):
+        # Where this dataset's unfinished rows start, globally: a processor may need to know
+        # what an interrupted run already sent for them (the batch spool does).
+        r = shard.ranges[ckpt.range_index]
+        first = offsets[(shard.dataset_index, r.split)] + (
+            r.start if ckpt.next_row_id is None else ckpt.next_row_id
+        )
+        for proc in procs.values():
+            proc.resume_at(first)
+    worker = RowWorker(config, shard, offsets, procs, journal, bar.count)
+    # Two groups in flight: the next one is read and rendered while the current one's requests
+    # are out, so request slots never idle during the CPU work between groups. (Concurrency
+    # stays bounded: the processors share their connection pools.) Groups land in order.
+    in_flight: collections.deque[tuple[list[tuple[int, Item]], asyncio.Task[Any]]] = (
+        collections.deque()
+    )
+
+    def start(group: list[tuple[int, Item]]) -> None:
+        in_flight.append((group, asyncio.create_task(worker.process([i for _, i in group]))))
+
+    async def land_oldest() -> None:
+        group, task = in_flight.popleft()
+        records = await task
+        out.append(records)
+        for rec in records:
+            tally(ckpt, rec)
+            if rec[ERRORS] is not None and report.first_row_error is None:
+                where, why = next(iter(rec[ERRORS].items()))
+                report.first_row_error = f"row {rec[ROW_KEY]} ({where}): {why}"
+        ckpt.range_index, last = group[-1][0], group[-1][1]
+        ckpt.next_row_id = last.row_id + 1
+        # fsync in a thread: the loop keeps reading (and journaling) answers meanwhile.
+        await asyncio.to_thread(out.checkpoint, ckpt)
+        journal.settle([rec[ROW_KEY] for rec in records])
+        status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in COUNTERS})
+        status.beat()
+
+    group: list[tuple[int, Item]] = []
+    try:
+        bar.start()
+        for entry in rows_from(shard, ckpt, config.loading_params.on_bad_row):
+            group.append(entry)
+            if len(group) >= rows_per_group:
+                start(group)
+                group = []
+                if len(in_flight) >= 2:
+                    await land_oldest()
+        if group:
+            start(group)
+        while in_flight:
+            await land_oldest()
+        for proc in procs.values():
+            note = await proc.finish()
+            if note:
+                report.notes.append(note)
+        out.publish(ckpt)
+    finally:
+        bar.close()
+        for _, task in in_flight:
+            task.cancel()
+        journal.close(remove=ckpt.complete)
+    report.add(ckpt)
+    return ckpt

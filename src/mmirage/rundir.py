@@ -1,0 +1,263 @@
+"""The run directory's contract: where every file of a pipeline lives, and what names mean.
+
+Every module that reads or writes the run's files takes its paths, identities and column
+names from here, so the layout is stated once. This module imports no other mmirage module
+(the config type only for annotations): anything may import it.
+
+Layout, under ``loading_params.state_dir``::
+
+    <pipeline id>/                       pipeline_dir
+        shard_<k>/status.json            status_path (lifecycle: core/shard/state.py)
+        shard_<k>/lock                   shard_lock_path: held while a run has the shard
+        batch/<processor>/shard-<k>-of-<n>/   batch spools of a batch_api processor
+        batch/results.sqlite             the results store merge reads
+        batch/retry.lock                 one batch resubmission at a time
+        batch-dry-run/...                the spools of a --dry-run
+
+Under each dataset's ``output_dir``::
+
+    .parts/shard-<k>-of-<n>.jsonl        the part file rows are appended to
+    .parts/shard-<k>-of-<n>.ckpt.json    its checkpoint
+    .parts/shard-<k>-of-<n>.journal.jsonl  answers paid for but not checkpointed yet
+    shard-<k>-of-<n>[.jsonl|.parquet|/]  the published shard
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mmirage.config.models import MMirageConfig
+
+# -- the columns mmirage adds to every published row -------------------------------------
+
+ROW_KEY = "__row_key__"  # "<dataset index>:<split or ''>:<row id>", the same on every run
+ERRORS = "__errors__"  # null, or {<output name>: <one sentence>}
+USAGE = "__usage__"  # {"input_tokens", "output_tokens"} summed over the row's outputs
+VARS = "__vars__"  # only on rows waiting for batch results: what output_schema reads
+RETRY = "__retry__"  # only on rows a retry may fix: the outputs they already got
+
+# A batch_api output's value until merge replaces it: this prefix, then the request's id.
+PLACEHOLDER_PREFIX = "__BATCH_SUBMITTED__:"
+
+# The counters status.json and the checkpoints keep. rows_retryable: failed rows whose every
+# failure a retry may fix (``mmirage retry`` reruns them).
+COUNTERS = ("rows_done", "rows_failed", "rows_retryable", "input_tokens", "output_tokens")
+
+
+# -- time ------------------------------------------------------------------------------------
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def parse_iso(text: Any) -> float | None:
+    try:
+        moment = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:  # files written by older versions hold naive local times
+        moment = moment.astimezone()
+    return moment.timestamp()
+
+
+# -- atomic writes ---------------------------------------------------------------------------
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write ``path`` so that a reader sees the old or the new content, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a half-written copy would only take more space
+        raise
+
+
+# -- pipeline identity -----------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """A config value as JSON-able data (dataclass init fields only: no derived objects)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _digest(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def pipeline_id(config: MMirageConfig) -> str:
+    """A hash of the datasets' output dirs and ``num_shards``: two pipelines sharing a
+    ``state_dir`` keep apart."""
+    lp = config.loading_params
+    dirs = [os.path.abspath(os.path.expanduser(d.output_dir)) for d in lp.datasets]
+    return f"pipeline-{_digest([dirs, lp.num_shards])}"
+
+
+# Processor fields that change how rows are computed, not what comes out: pacing, retries,
+# timeouts, pools, chunking and bookkeeping. Everything else (model, server, sampling, script,
+# function, fallback...) is part of the fingerprint.
+_OPERATIONAL = frozenset(
+    {
+        "name",
+        "rpm",
+        "tpm",
+        "worker_concurrency",
+        "input_buffer_size",
+        "max_retries",
+        "request_timeout",
+        "timeout_ms",
+        "max_timeouts",
+        "max_errors",
+        "max_workers",
+        "start_method",
+        "max_chunk_bytes",
+        "max_requests_per_chunk",
+        "metadata_output_path",
+        "oversized_request_policy",
+        "completion_window",
+        "timeout_seconds",
+        "metadata",
+        "price_per_mtok",
+    }
+)
+
+
+def _results_relevant(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _results_relevant(v) for k, v in value.items() if k not in _OPERATIONAL}
+    return value
+
+
+def fingerprint(config: MMirageConfig) -> str:
+    """Changes when the rows a shard produces would change: inputs, outputs, schema, data and
+    the processors' models, sampling and functions (not rpm, retries, SLURM...)."""
+    pp, lp = config.processing_params, config.loading_params
+    return _digest(
+        {
+            "inputs": _plain(pp.inputs),
+            "outputs": _plain(pp.outputs),
+            "output_schema": _plain(pp.output_schema),
+            "remove_columns": pp.remove_columns,
+            "datasets": _plain(lp.datasets),
+            "num_shards": lp.num_shards,
+            "processors": [_results_relevant(_plain(p)) for p in config.processors],
+        }
+    )
+
+
+# -- paths under state_dir -------------------------------------------------------------------
+
+
+def pipeline_dir(config: MMirageConfig) -> Path:
+    """``<state_dir>/<pipeline id>``: this pipeline's state folder."""
+    state_dir = config.loading_params.state_dir or "."
+    return Path(os.path.expanduser(state_dir)) / pipeline_id(config)
+
+
+def shard_dir(config: MMirageConfig, shard_id: int) -> Path:
+    return pipeline_dir(config) / f"shard_{shard_id}"
+
+
+def status_path(config: MMirageConfig, shard_id: int) -> Path:
+    return shard_dir(config, shard_id) / "status.json"
+
+
+def shard_lock_path(config: MMirageConfig, shard_id: int) -> Path:
+    """The lock one run of a shard holds (``core/shard/state.shard_lock``)."""
+    return shard_dir(config, shard_id) / "lock"
+
+
+def batch_dir(state_dir: str | Path, *, dry_run: bool = False) -> Path:
+    """Where batch_api processors keep spools and receipts, under a pipeline's state folder."""
+    return Path(state_dir) / ("batch-dry-run" if dry_run else "batch")
+
+
+def batch_spool_dir(
+    state_dir: str | Path, processor: str, shard_id: int, num_shards: int, *, dry_run: bool
+) -> Path:
+    """One batch_api processor's spools for one shard."""
+    return batch_dir(state_dir, dry_run=dry_run) / processor / shard_name(shard_id, num_shards)
+
+
+def results_store_path(config: MMirageConfig) -> Path:
+    return batch_dir(pipeline_dir(config)) / "results.sqlite"
+
+
+def retry_lock_path(config: MMirageConfig) -> Path:
+    return batch_dir(pipeline_dir(config)) / "retry.lock"
+
+
+# -- paths under a dataset's output_dir ------------------------------------------------------
+
+
+def shard_name(shard_id: int, num_shards: int) -> str:
+    return f"shard-{shard_id}-of-{num_shards}"
+
+
+def part_path(output_dir: Path, name: str) -> Path:
+    """The part file a shard's rows are appended to (``name``: ``shard_name``)."""
+    return output_dir / ".parts" / f"{name}.jsonl"
+
+
+def checkpoint_path(output_dir: Path, name: str) -> Path:
+    return output_dir / ".parts" / f"{name}.ckpt.json"
+
+
+def journal_path(part: Path) -> Path:
+    """The journal beside a part file: answers paid for but not checkpointed yet."""
+    return part.with_name(part.name.removesuffix(".jsonl") + ".journal.jsonl")
+
+
+def published_path(output_dir: Path, name: str, fmt: str) -> Path:
+    """Where a shard is published in ``fmt`` (HF: a directory; else one file)."""
+    return output_dir / (name if fmt == "hf" else f"{name}.{fmt}")
+
+
+__all__ = [
+    "COUNTERS",
+    "ERRORS",
+    "PLACEHOLDER_PREFIX",
+    "RETRY",
+    "ROW_KEY",
+    "USAGE",
+    "VARS",
+    "atomic_write_json",
+    "batch_dir",
+    "batch_spool_dir",
+    "checkpoint_path",
+    "fingerprint",
+    "journal_path",
+    "now_iso",
+    "parse_iso",
+    "part_path",
+    "pipeline_dir",
+    "pipeline_id",
+    "published_path",
+    "results_store_path",
+    "retry_lock_path",
+    "shard_dir",
+    "shard_lock_path",
+    "shard_name",
+    "status_path",
+]
