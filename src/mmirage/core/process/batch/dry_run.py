@@ -47,7 +47,7 @@ def check_export_target(target: Path, given: str) -> None:
     """Raise ``UnusableDirError`` (one sentence) when the export file ``target`` (from
     ``--export-prompts given``) cannot be written: checked before any shard runs, so a file in
     the way is the user's to fix, not a failed shard."""
-    from mmirage.core.shard.state import UnusableDirError, ensure_writable_dir
+    from mmirage.usable_dirs import UnusableDirError, ensure_writable_dir
 
     for blocking in [*reversed(target.parents), target]:
         if blocking == target and blocking.is_dir():
