@@ -20,7 +20,7 @@ from llm_kit.backends import Backend, HttpBackend
 from llm_kit.batch import runner
 from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk
 from llm_kit.batch.job import BatchJob, BatchJobStatus
-from llm_kit.errors import ConfigError, LLMKitError, ProviderError
+from llm_kit.errors import BatchSubmitError, ConfigError, ProviderError
 from llm_kit.pipeline import Items
 from llm_kit.providers import get_codec
 from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
@@ -30,14 +30,6 @@ from llm_kit.sessions import BackendScope, closes_after, closes_after_stream
 from llm_kit.types import BatchConfig, BatchItem, BatchResult
 
 logger = logging.getLogger(__name__)
-
-
-class BatchSubmitError(LLMKitError):
-    """Some batches of a job were created before a failure; ``job`` holds them."""
-
-    def __init__(self, message: str, job: BatchJob) -> None:
-        super().__init__(message)
-        self.job = job
 
 
 BATCH_BACKENDS: dict[str, type[BatchBackend]] = {
