@@ -29,10 +29,9 @@ import orjson
 import pytest
 
 from batch_spec_support import MMIRAGE, batches_created, cli_env, mmirage, write_rows, write_yaml
-from llm_kit.batch.api import BATCH_BACKENDS
 from llm_kit.emulator import EmulatorConfig, running_emulator
 from llm_kit.emulator.runner import EmulatorHandle
-from llm_kit.providers import get_codec
+from llm_kit.providers import get_codec, provider_spec
 from llm_kit.transport import HttpTransport
 
 KEY = "sk-interrupt-test-2718"
@@ -105,7 +104,9 @@ def held_custom_ids(emu: EmulatorHandle, provider: str) -> Counter[str]:
             request_timeout=60,
             connect_timeout=10,
         )
-        backend = BATCH_BACKENDS[provider](codec, http, MODEL[provider])
+        backend_cls = provider_spec(provider).batch_backend
+        assert backend_cls is not None
+        backend = backend_cls(codec, http, MODEL[provider])
         held: Counter[str] = Counter()
         try:
             with tempfile.TemporaryDirectory() as tmp:

@@ -17,7 +17,6 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome
 from llm_kit.batch.job import BatchJob, Intent, JobState, ProviderBatch
 from llm_kit.batch.orphans import find_orphan, new_tag, settle
 from llm_kit.errors import (
@@ -28,6 +27,7 @@ from llm_kit.errors import (
 )
 from llm_kit.pipeline import Items
 from llm_kit.providers.base import Codec
+from llm_kit.providers.batch_backend import BatchBackend, BatchLimits, Chunk, Outcome
 from llm_kit.schema import parse_response, response_schema
 from llm_kit.types import BatchItem, BatchResult
 

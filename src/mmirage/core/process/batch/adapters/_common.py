@@ -21,12 +21,12 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import orjson
 
-from llm_kit.batch.backend import BatchBackend, Chunk, Outcome
 from llm_kit.batch.job import JobState, ProviderBatch
 from llm_kit.batch.orphans import find_orphan
 from llm_kit.errors import ConfigError, ItemError
 from llm_kit.providers import get_codec
 from llm_kit.providers.base import Codec
+from llm_kit.providers.batch_backend import BatchBackend, Chunk, Outcome
 from llm_kit.schema import ResponseSchema, schema_from_dict
 from llm_kit.transport import HttpTransport
 from llm_kit.types import BatchConfig, Message
