@@ -13,6 +13,7 @@ import pytest
 
 import llm_kit
 import llm_kit.errors
+from llm_kit import providers
 
 
 def _llm_kit_modules() -> list[str]:
@@ -118,3 +119,13 @@ def test_no_llm_kit_module_is_over_400_lines() -> None:
         _module(p): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400
     }
     assert long == {}
+
+
+def test_the_former_provider_tables_are_read_from_the_registry() -> None:
+    from llm_kit.batch import api
+    from llm_kit.providers import provider_spec
+
+    assert providers.MESSAGE_FORMATS == ("openai", "anthropic", "gemini", "local")
+    assert providers.CODECS["gemini"] is provider_spec("gemini").codec
+    assert api.BATCH_BACKENDS["anthropic"] is provider_spec("anthropic").batch_backend
+    assert "local" not in api.BATCH_BACKENDS

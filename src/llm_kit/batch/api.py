@@ -29,6 +29,13 @@ from llm_kit.types import BatchConfig, BatchItem, BatchResult
 logger = logging.getLogger(__name__)
 
 
+def __getattr__(name: str) -> Any:
+    # Compatibility name for callers of the former table: the registry's batch backends.
+    if name == "BATCH_BACKENDS":
+        return {n: provider_spec(n).batch_backend for n in batch_provider_names()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def default_spool_dir(provider: str) -> Path:
     root = os.environ.get("LLM_KIT_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "llm_kit"

@@ -7,6 +7,8 @@ Importing this package registers the built-in providers; a new one is a module t
 
 from __future__ import annotations
 
+from typing import Any
+
 # isort: off
 # Import order is registration order, the order messages list the formats in.
 from llm_kit.providers import openai
@@ -29,6 +31,19 @@ from llm_kit.providers.registry import (
 from llm_kit.types import Completion, RateLimitInfo
 
 BUILT_IN = (openai.OPENAI, anthropic.ANTHROPIC, gemini.GEMINI, local.LOCAL)
+
+
+def __getattr__(name: str) -> Any:
+    # Compatibility names for callers of the former constant tables, computed on each access
+    # so that they include providers registered later.
+    if name == "MESSAGE_FORMATS":
+        return provider_names()
+    if name == "CODECS":
+        return {
+            spec.name: spec.codec for spec in map(provider_spec, provider_names()) if spec.codec
+        }
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BUILT_IN",
