@@ -1,7 +1,8 @@
 """What every wire format implements: encode a request, decode an answer, classify an error.
 
 A codec is pure (no I/O): the transport sends what it encodes, so the live pipeline and the
-provider batch files share one implementation per provider.
+provider batch files share one implementation per provider. ``Backend`` is what a live
+request goes to: a codec over HTTP (llm_kit.backends) or an in-process model.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ class LocalBackend(Backend):
     """The embedded llama.cpp model. Text only: image parts are dropped (it cannot see)."""
 
     def __init__(self, model_path: str | None = None) -> None:
-        from llm_kit.local import LocalEngine
+        from llm_kit.local import LocalEngine  # deferred, like default_model_path below
 
         self.engine = LocalEngine.shared(model_path)
 
