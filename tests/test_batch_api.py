@@ -303,7 +303,7 @@ async def test_run_batch_api_again_with_more_items_sends_only_the_new_ones(
 
 
 def test_an_unreadable_result_line_ends_as_that_items_error_only() -> None:
-    from llm_kit.batch.backend import Outcome, decode_lines
+    from llm_kit.providers.batch_backend import Outcome, decode_lines
 
     lines = iter([b'{"custom_id": "0"}', b"garbage", b'{"custom_id": "2"}'])
     decoded = list(

@@ -10,11 +10,11 @@ from pydantic import BaseModel
 
 from llm_kit import LLM, BatchConfig, BatchItem, ConfigError, Message
 from llm_kit.batch import BatchJob, JobState, ProviderBatch
-from llm_kit.batch.backend import BatchLimits, Chunk
 from llm_kit.batch.job import job_state, public_url
 from llm_kit.batch.runner import spool
 from llm_kit.providers import get_codec
 from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
+from llm_kit.providers.batch_backend import BatchLimits, Chunk
 from llm_kit.providers.openai_batch import OpenAIBatchBackend
 
 KEY = "sk-never-in-a-file-42"

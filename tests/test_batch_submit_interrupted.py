@@ -31,11 +31,10 @@ import orjson
 import pytest
 
 from batch_spec_support import MMIRAGE, batches_created, cli_env, mmirage, write_rows, write_yaml
-from llm_kit.batch.api import BATCH_BACKENDS
-from llm_kit.batch.backend import BatchBackend
 from llm_kit.emulator import EmulatorConfig, running_emulator
 from llm_kit.emulator.runner import EmulatorHandle
-from llm_kit.providers import get_codec
+from llm_kit.providers import get_codec, provider_spec
+from llm_kit.providers.batch_backend import BatchBackend
 from llm_kit.transport import HttpTransport
 
 KEY = "sk-interrupt-test-2718"
@@ -112,8 +111,10 @@ def with_backend(
             request_timeout=60,
             connect_timeout=10,
         )
+        backend_cls = provider_spec(provider).batch_backend
+        assert backend_cls is not None
         try:
-            return await work(BATCH_BACKENDS[provider](codec, http, MODEL[provider]))
+            return await work(backend_cls(codec, http, MODEL[provider]))
         finally:
             await http.aclose()
 

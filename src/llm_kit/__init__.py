@@ -1,14 +1,17 @@
 """llm_kit: talk to LLMs at scale, live (rate-limited, concurrent) or through batch APIs."""
 
-from llm_kit.batch import BatchJob, BatchJobStatus, BatchNotFinishedError, JobState
+from llm_kit.batch import BatchJob, BatchJobStatus, JobState
 from llm_kit.client import LLM
 from llm_kit.errors import (
     BatchItemFailed,
+    BatchNotFinishedError,
+    BatchSubmitError,
     CompletionError,
     ConfigError,
     ItemError,
     LLMKitError,
     MissingAPIKeyError,
+    OrphanBatchUnclearError,
     ProviderError,
     ResponseValidationError,
 )
@@ -33,6 +36,7 @@ __all__ = [
     "BatchJobStatus",
     "BatchNotFinishedError",
     "BatchResult",
+    "BatchSubmitError",
     "CompletionError",
     "ConfigError",
     "ImagePart",
@@ -41,6 +45,7 @@ __all__ = [
     "LLMKitError",
     "Message",
     "MissingAPIKeyError",
+    "OrphanBatchUnclearError",
     "ProviderError",
     "ResponseValidationError",
     "TextPart",

@@ -1,8 +1,7 @@
-"""Where a request goes: a provider over HTTP, or the embedded local model."""
+"""Where a request goes over HTTP: a codec, a transport, the rate limiter."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,26 +9,12 @@ import orjson
 
 from llm_kit.dialect_choice import DialectChoice
 from llm_kit.errors import ProviderError
-from llm_kit.providers.base import Codec, Completion
+from llm_kit.providers.base import Backend, Codec, Completion
 from llm_kit.ratelimit import RateLimiter
 from llm_kit.redact import redact_text
 from llm_kit.schema import ResponseSchema
 from llm_kit.transport import HttpTransport
 from llm_kit.types import Message
-
-
-class Backend(ABC):
-    @abstractmethod
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        sampling: Mapping[str, Any],
-        schema: ResponseSchema | None,
-    ) -> Completion:
-        """One request → Completion; ProviderError or ItemError on failure."""
-
-    async def aclose(self) -> None:  # noqa: B027 - optional hook
-        pass
 
 
 class HttpBackend(Backend):
@@ -94,30 +79,3 @@ class HttpBackend(Backend):
 
     async def aclose(self) -> None:
         await self.transport.aclose()
-
-
-class LocalBackend(Backend):
-    """The embedded llama.cpp model. Text only: image parts are dropped (it cannot see)."""
-
-    def __init__(self, model_path: str | None = None) -> None:
-        from llm_kit.local import LocalEngine
-
-        self.engine = LocalEngine.shared(model_path)
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        sampling: Mapping[str, Any],
-        schema: ResponseSchema | None,
-    ) -> Completion:
-        max_tokens = sampling.get("max_tokens") or sampling.get("max_completion_tokens")
-        stop = sampling.get("stop")
-        return await self.engine.complete(
-            messages,
-            max_tokens=max_tokens,
-            temperature=sampling.get("temperature"),
-            top_p=sampling.get("top_p"),
-            seed=sampling.get("seed"),
-            stop=[stop] if isinstance(stop, str) else stop,
-            json_schema=schema.schema if schema is not None else None,
-        )

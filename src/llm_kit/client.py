@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import inspect
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sized
@@ -14,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from llm_kit import jsonl
-from llm_kit.backends import Backend, HttpBackend, LocalBackend
+from llm_kit.backends import Backend, HttpBackend
 from llm_kit.batch.api import BatchAPI
 from llm_kit.delivery import delivered
 from llm_kit.dialect_choice import check_structured_output, dialect_choice
@@ -22,25 +21,17 @@ from llm_kit.errors import (
     CompletionError,
     ConfigError,
     ItemError,
-    MissingAPIKeyError,
     ProviderError,
     ResponseValidationError,
 )
 from llm_kit.pacing import backoff_delay, estimate_tokens
 from llm_kit.pipeline import Items, run_pool
-from llm_kit.providers import MESSAGE_FORMATS, get_codec
+from llm_kit.providers import get_codec, key_from_env, provider_spec, require_key
 from llm_kit.ratelimit import RateLimiter
 from llm_kit.schema import parse_response, response_schema
 from llm_kit.sessions import BackendScope, closes_after, closes_after_stream
 from llm_kit.transport import HttpTransport
 from llm_kit.types import BatchConfig, BatchItem, BatchResult, Message, Usage
-
-# Keys tried in order when api_key is None.
-_KEY_ENV = {
-    "openai": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-}
 
 
 class LLM(BatchAPI):
@@ -72,11 +63,7 @@ class LLM(BatchAPI):
         headers: dict[str, str] | None = None,
         structured_output: str = "auto",
     ) -> None:
-        if message_format not in MESSAGE_FORMATS:
-            raise ConfigError(
-                f"unknown message_format {message_format!r}; use one of: "
-                f"{', '.join(MESSAGE_FORMATS)}"
-            )
+        spec = provider_spec(message_format)  # an unknown one is an error naming the known
         if not model:
             raise ConfigError("LLM(model=...) is required: name the model to call")
         self.model = model
@@ -96,14 +83,13 @@ class LLM(BatchAPI):
         self.structured_output = check_structured_output(structured_output, message_format)
         self.limiter = RateLimiter(self.config.rpm, self.config.tpm)
         self._scope = BackendScope(self._make_backend)
-        if message_format == "local":
+        self._open_in_process = spec.in_process(model) if spec.in_process else None
+        if self._open_in_process is not None:
             self.base_url = None
             self._api_key: str | None = None
-            self._local_model_path = _local_model_path(model)
         else:
-            codec = get_codec(message_format)
-            self.base_url = base_url or codec.default_base_url
-            self._api_key = api_key or _key_from_env(message_format)
+            self.base_url = base_url or spec.default_base_url
+            self._api_key = api_key or key_from_env(message_format)
             if not self._api_key and base_url is None:
                 require_key(message_format)
 
@@ -116,8 +102,8 @@ class LLM(BatchAPI):
         return self._scope.get()
 
     def _make_backend(self) -> Backend:
-        if self.message_format == "local":
-            return LocalBackend(self._local_model_path)
+        if self._open_in_process is not None:
+            return self._open_in_process()
         codec = get_codec(self.message_format)
         auth = codec.auth_headers(self._api_key) if self._api_key else {}
         transport = HttpTransport(
@@ -333,45 +319,6 @@ class LLM(BatchAPI):
         return delivered(pool, total=total, progress=progress, record=record, fail_fast=fail_fast)
 
 
-def require_key(message_format: str) -> str:
-    """The provider's key from the environment, or MissingAPIKeyError saying what to set."""
-    key = _key_from_env(message_format)
-    if not key:
-        names = _KEY_ENV[message_format]
-        raise MissingAPIKeyError(
-            f"no API key for {message_format}: set {' or '.join(names)} in the environment "
-            f"(export {names[0]}=…)"
-        )
-    return key
-
-
-def _key_from_env(message_format: str) -> str | None:
-    for name in _KEY_ENV[message_format]:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return None
-
-
-def _local_model_path(model: str) -> str:
-    """The GGUF file for ``message_format="local"``: ``model`` when it is a .gguf path, else
-    the embedded default. Checked here so that a missing install fails before any item runs."""
-    from llm_kit.local import default_model_path
-
-    path = Path(model).expanduser() if model.endswith(".gguf") else default_model_path()
-    if importlib.util.find_spec("llama_cpp") is None:
-        raise ConfigError(
-            "the local model needs `pip install 'mmirage[local]'` "
-            "(the package llama-cpp-python is not installed)"
-        )
-    if not path.is_file():
-        raise ConfigError(
-            f"local model file {path} does not exist; pass model='path/to/model.gguf' or set "
-            "LLM_KIT_LOCAL_MODEL_PATH"
-        )
-    return str(path)
-
-
 def _failure(
     item: BatchItem,
     error: str,
@@ -392,4 +339,4 @@ def _failure(
     )
 
 
-__all__ = ["LLM"]
+__all__ = ["LLM", "require_key"]

@@ -8,6 +8,7 @@ import logging
 
 from llm_kit.dialects import DIALECTS, Dialect
 from llm_kit.errors import ConfigError
+from llm_kit.providers.registry import provider_spec
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def check_structured_output(name: str, message_format: str) -> str:
     """``name`` when it is legal for ``message_format``, else ConfigError saying what is."""
     if name != "auto":
         _dialect(name)
-        if message_format != "openai":
+        if not provider_spec(message_format).speaks_dialects:
             raise ConfigError(
                 f"structured_output={name!r} is for OpenAI-compatible servers "
                 f"(message_format='openai'); {message_format} has one native form: leave it "

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llm_kit.batch.job import BatchJob
 
 
 class LLMKitError(Exception):
@@ -74,3 +77,15 @@ class OrphanBatchUnclearError(LLMKitError):
     account's batches fits it and none can be told apart yet (Anthropic batches carry no
     tag). Nothing was created: run again once those batches have ended, when their results
     name their requests."""
+
+
+class BatchSubmitError(LLMKitError):
+    """Some batches of a job were created before a failure; ``job`` holds them."""
+
+    def __init__(self, message: str, job: BatchJob) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+class BatchNotFinishedError(LLMKitError):
+    """Results were asked for while some of the job's batches are still running."""

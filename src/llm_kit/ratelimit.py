@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from llm_kit.providers.base import RateLimitInfo
+from llm_kit.types import RateLimitInfo
 
 
 class RateLimiter:

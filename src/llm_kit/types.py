@@ -252,3 +252,25 @@ class BatchConfig(BaseModel):
         if self.retry_max_delay < self.retry_base_delay:
             raise ValueError("retry_max_delay must be at least retry_base_delay")
         return self
+
+
+@dataclass(slots=True)
+class Completion:
+    """A decoded answer: the text (JSON text when a schema was requested), usage, stop reason."""
+
+    text: str | None
+    usage: Usage
+    finish_reason: str | None = None
+    refusal: str | None = None
+
+
+@dataclass(slots=True)
+class RateLimitInfo:
+    """What a response's rate-limit headers said; None where a header was absent."""
+
+    limit_requests: int | None = None
+    remaining_requests: int | None = None
+    reset_requests: float | None = None  # seconds until the request budget is full again
+    limit_tokens: int | None = None
+    remaining_tokens: int | None = None
+    reset_tokens: float | None = None

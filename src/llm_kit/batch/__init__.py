@@ -1,8 +1,7 @@
 """Provider-native batch APIs (OpenAI Files + Batches, Anthropic Message Batches, Gemini Batch)."""
 
-from llm_kit.batch.api import BatchSubmitError
 from llm_kit.batch.job import BatchCounts, BatchJob, BatchJobStatus, JobState, ProviderBatch
-from llm_kit.batch.runner import BatchNotFinishedError
+from llm_kit.errors import BatchNotFinishedError, BatchSubmitError
 
 __all__ = [
     "BatchCounts",

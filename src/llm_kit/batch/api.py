@@ -18,33 +18,22 @@ from pydantic import BaseModel
 from llm_kit import jsonl
 from llm_kit.backends import Backend, HttpBackend
 from llm_kit.batch import runner
-from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk
 from llm_kit.batch.job import BatchJob, BatchJobStatus
-from llm_kit.errors import ConfigError, LLMKitError, ProviderError
+from llm_kit.errors import BatchSubmitError, ConfigError, ProviderError
 from llm_kit.pipeline import Items
-from llm_kit.providers import get_codec
-from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
-from llm_kit.providers.gemini_batch import GeminiBatchBackend
-from llm_kit.providers.openai_batch import OpenAIBatchBackend
+from llm_kit.providers import batch_provider_names, get_codec, provider_spec
+from llm_kit.providers.batch_backend import BatchBackend, BatchLimits, Chunk
 from llm_kit.sessions import BackendScope, closes_after, closes_after_stream
 from llm_kit.types import BatchConfig, BatchItem, BatchResult
 
 logger = logging.getLogger(__name__)
 
 
-class BatchSubmitError(LLMKitError):
-    """Some batches of a job were created before a failure; ``job`` holds them."""
-
-    def __init__(self, message: str, job: BatchJob) -> None:
-        super().__init__(message)
-        self.job = job
-
-
-BATCH_BACKENDS: dict[str, type[BatchBackend]] = {
-    "openai": OpenAIBatchBackend,
-    "anthropic": AnthropicBatchBackend,
-    "gemini": GeminiBatchBackend,
-}
+def __getattr__(name: str) -> Any:
+    # Compatibility name for callers of the former table: the registry's batch backends.
+    if name == "BATCH_BACKENDS":
+        return {n: provider_spec(n).batch_backend for n in batch_provider_names()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_spool_dir(provider: str) -> Path:
@@ -69,11 +58,11 @@ class BatchAPI:
         raise NotImplementedError
 
     def _batch_backend(self) -> BatchBackend:
-        cls = BATCH_BACKENDS.get(self.message_format)
+        cls = provider_spec(self.message_format).batch_backend
         if cls is None:
             raise ConfigError(
                 f"message_format {self.message_format!r} has no provider batch API; use the live "
-                "pipeline (batch_to_jsonl) or one of: " + ", ".join(BATCH_BACKENDS)
+                "pipeline (batch_to_jsonl) or one of: " + ", ".join(batch_provider_names())
             )
         backend = self._get_backend()
         assert isinstance(backend, HttpBackend)

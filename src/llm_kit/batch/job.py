@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -18,49 +17,15 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from llm_kit.errors import ConfigError
+from llm_kit.providers.batch_types import BatchCounts, JobState, ProviderBatch
 
 FORMAT = "llm_kit.batch_job"
 VERSION = 1
 
 
-class JobState(StrEnum):
-    """One vocabulary for every provider's batch states."""
-
-    PENDING = "pending"  # accepted, validating or queued
-    IN_PROGRESS = "in_progress"
-    FINALIZING = "finalizing"
-    CANCELING = "canceling"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    EXPIRED = "expired"
-    CANCELED = "canceled"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in _TERMINAL
-
-
-_TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.EXPIRED, JobState.CANCELED})
 # When batches of one job end differently, the job reports the most telling outcome.
 _PRECEDENCE = (JobState.CANCELED, JobState.EXPIRED, JobState.FAILED, JobState.COMPLETED)
 _ORDER = (JobState.PENDING, JobState.IN_PROGRESS, JobState.FINALIZING, JobState.CANCELING)
-
-
-@dataclass
-class BatchCounts:
-    total: int = 0
-    succeeded: int = 0
-    errored: int = 0
-    expired: int = 0
-    canceled: int = 0
-    processing: int = 0
-
-    def __add__(self, other: BatchCounts) -> BatchCounts:
-        return BatchCounts(*(a + b for a, b in zip(_values(self), _values(other), strict=True)))
-
-
-def _values(counts: BatchCounts) -> tuple[int, ...]:
-    return tuple(asdict(counts).values())
 
 
 @dataclass
@@ -76,43 +41,6 @@ class BatchJobStatus:
             f"{c.expired} expired, {c.canceled} canceled, {c.processing} processing "
             f"({len(self.batches)} provider batches)"
         )
-
-
-@dataclass
-class ProviderBatch:
-    """One batch at the provider; ``indices`` are the manifest positions of its items."""
-
-    id: str
-    first: int  # items first..first+count-1 of the manifest, unless ``indices`` is set
-    count: int
-    indices: list[int] | None = None  # a resubmission holds a scattered set of items
-    input_file_id: str | None = None
-    output_file_id: str | None = None
-    error_file_id: str | None = None
-    results_url: str | None = None
-    state: JobState = JobState.PENDING
-    provider_status: str | None = None  # the provider's own word for the state, as last seen
-    counts: BatchCounts = field(default_factory=BatchCounts)
-    errors: list[str] = field(default_factory=list)  # whole-batch errors the provider gave
-    bytes: int = 0
-    created_at: float = field(default_factory=time.time)
-
-    def item_indices(self) -> range | list[int]:
-        return (
-            self.indices if self.indices is not None else range(self.first, self.first + self.count)
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["state"] = self.state.value
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProviderBatch:
-        data = dict(data)
-        data["state"] = JobState(data["state"])
-        data["counts"] = BatchCounts(**data.get("counts", {}))
-        return cls(**data)
 
 
 @dataclass

@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 
 import orjson
 
-from llm_kit.batch.backend import BatchBackend, Chunk
 from llm_kit.batch.job import ProviderBatch
 from llm_kit.errors import OrphanBatchUnclearError
+from llm_kit.providers.batch_backend import BatchBackend, Chunk
 
 logger = logging.getLogger(__name__)
 

@@ -17,22 +17,23 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from llm_kit.batch.backend import BatchBackend, BatchLimits, Chunk, Outcome
 from llm_kit.batch.job import BatchJob, Intent, JobState, ProviderBatch
 from llm_kit.batch.orphans import find_orphan, new_tag, settle
-from llm_kit.errors import ConfigError, ItemError, LLMKitError, ResponseValidationError
+from llm_kit.errors import (
+    BatchNotFinishedError,
+    ConfigError,
+    ItemError,
+    ResponseValidationError,
+)
 from llm_kit.pipeline import Items
 from llm_kit.providers.base import Codec
+from llm_kit.providers.batch_backend import BatchBackend, BatchLimits, Chunk, Outcome
 from llm_kit.schema import parse_response, response_schema
 from llm_kit.types import BatchItem, BatchResult
 
 logger = logging.getLogger(__name__)
 
 _CREATE_CONCURRENCY = 4  # batches created at once: uploads are big, providers rate-limit creation
-
-
-class BatchNotFinishedError(LLMKitError):
-    """Results were asked for while some of the job's batches are still running."""
 
 
 class Spooler:

@@ -12,16 +12,16 @@ import asyncio
 
 from aiohttp import web
 
-from llm_kit.emulator.anthropic_api import AnthropicFamily
-from llm_kit.emulator.anthropic_batch import AnthropicBatches
-from llm_kit.emulator.batch_http import guarded
+from llm_kit.emulator.anthropic.api import AnthropicFamily
+from llm_kit.emulator.anthropic.batch import AnthropicBatches
+from llm_kit.emulator.batch.http import guarded
 from llm_kit.emulator.family import Family, Handler
-from llm_kit.emulator.gemini_api import GeminiFamily
-from llm_kit.emulator.gemini_batch import GeminiBatches
-from llm_kit.emulator.gemini_files import GeminiFiles
-from llm_kit.emulator.openai_api import OpenAIFamily
-from llm_kit.emulator.openai_batch import OpenAIBatches
-from llm_kit.emulator.openai_files import OpenAIFiles
+from llm_kit.emulator.gemini.api import GeminiFamily
+from llm_kit.emulator.gemini.batch import GeminiBatches
+from llm_kit.emulator.gemini.files import GeminiFiles
+from llm_kit.emulator.openai.api import OpenAIFamily
+from llm_kit.emulator.openai.batch import OpenAIBatches
+from llm_kit.emulator.openai.files import OpenAIFiles
 
 _GEMINI_VERSIONS = "{version:v1beta|v1}"
 

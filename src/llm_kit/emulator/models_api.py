@@ -6,8 +6,9 @@ from typing import Any
 
 from aiohttp import web
 
-from llm_kit.emulator import anthropic_api, openai_api
+from llm_kit.emulator.anthropic import api as anthropic_api
 from llm_kit.emulator.family import json_response
+from llm_kit.emulator.openai import api as openai_api
 
 
 def _openai_model(model_id: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The emulator's aiohttp application, and ``serve`` (one process, or N on one port).
 
-Each provider family registers its own live routes (``*_api.add_routes``); ``batch_routes``
+Each provider family registers its own live routes (``<provider>/api.add_routes``); ``batch_routes``
 adds the batch endpoints of all three (/v1/files, /v1/batches, /v1/messages/batches,
 :batchGenerateContent, /v1beta/batches, Gemini's upload and download).
 """
@@ -23,9 +23,12 @@ from typing import Any
 from aiohttp import web
 
 from llm_kit import loops
-from llm_kit.emulator import anthropic_api, batch_routes, gemini_api, models_api, openai_api
+from llm_kit.emulator import batch_routes, models_api
+from llm_kit.emulator.anthropic import api as anthropic_api
 from llm_kit.emulator.config import EmulatorConfig
 from llm_kit.emulator.family import json_response
+from llm_kit.emulator.gemini import api as gemini_api
+from llm_kit.emulator.openai import api as openai_api
 from llm_kit.emulator.state import EmulatorState
 
 STATE: web.AppKey[EmulatorState] = web.AppKey("emulator_state", EmulatorState)

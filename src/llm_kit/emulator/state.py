@@ -11,11 +11,11 @@ import random
 import time
 from typing import Any
 
-from llm_kit.emulator.batch_job import Fates
-from llm_kit.emulator.batch_runner import Runner
-from llm_kit.emulator.batch_store import BatchStore
+from llm_kit.emulator.batch.damaged_downloads import DamagedDownloads
+from llm_kit.emulator.batch.job import Fates
+from llm_kit.emulator.batch.runner import Runner
+from llm_kit.emulator.batch.store import BatchStore
 from llm_kit.emulator.config import EmulatorConfig
-from llm_kit.emulator.damaged_downloads import DamagedDownloads
 from llm_kit.emulator.faults import FaultInjector
 from llm_kit.emulator.limits import FamilyLimiter
 from llm_kit.emulator.responder import Responder, make_responder

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_kit.errors import ConfigError, ItemError, ProviderError
-from llm_kit.providers.base import Completion
-from llm_kit.types import Message, Usage
+from llm_kit.types import Completion, Message, Usage
 
 MODEL_PATH_ENV = "LLM_KIT_LOCAL_MODEL_PATH"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

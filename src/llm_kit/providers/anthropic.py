@@ -9,7 +9,9 @@ from typing import Any
 
 from llm_kit.errors import ItemError
 from llm_kit.images import describe_image, is_data_url, split_data_url
+from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
 from llm_kit.providers.base import Codec, Completion, RateLimitInfo, int_header
+from llm_kit.providers.registry import ProviderSpec, register_provider
 from llm_kit.schema import ResponseSchema
 from llm_kit.types import ImagePart, Message, TextPart, Usage
 
@@ -21,7 +23,6 @@ _UNSUPPORTED = frozenset({"seed"})
 
 class AnthropicCodec(Codec):
     name = "anthropic"
-    env_key = "ANTHROPIC_API_KEY"
     default_base_url = "https://api.anthropic.com"
 
     def path(self, model: str) -> str:
@@ -115,3 +116,13 @@ def image_source(part: ImagePart) -> dict[str, Any]:
             f"is {media_type}: convert it first"
         )
     return {"type": "base64", "media_type": media_type, "data": data}
+
+
+ANTHROPIC = register_provider(
+    ProviderSpec(
+        name="anthropic",
+        codec=AnthropicCodec,
+        key_env=("ANTHROPIC_API_KEY",),
+        batch_backend=AnthropicBatchBackend,
+    )
+)

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from llm_kit.batch.backend import (
+from llm_kit.providers.batch_backend import (
     BatchBackend,
     BatchLimits,
     Chunk,
@@ -16,7 +16,7 @@ from llm_kit.batch.backend import (
     decode_lines,
     parse_rfc3339,
 )
-from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
+from llm_kit.providers.batch_types import BatchCounts, JobState, ProviderBatch
 
 _STATES = {"in_progress": JobState.IN_PROGRESS, "canceling": JobState.CANCELING}
 # Errors worth another try; an invalid_request_error must be fixed first.

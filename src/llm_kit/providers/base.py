@@ -1,7 +1,8 @@
 """What every wire format implements: encode a request, decode an answer, classify an error.
 
 A codec is pure (no I/O): the transport sends what it encodes, so the live pipeline and the
-provider batch files share one implementation per provider.
+provider batch files share one implementation per provider. ``Backend`` is what a live
+request goes to: a codec over HTTP (llm_kit.backends) or an in-process model.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
@@ -17,7 +17,7 @@ import orjson
 
 from llm_kit.errors import ProviderError
 from llm_kit.schema import ResponseSchema
-from llm_kit.types import Message, Usage
+from llm_kit.types import Completion, Message, RateLimitInfo
 
 # Status codes worth another try (DESIGN.md, provider-wire-formats §5.3).
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
@@ -30,33 +30,10 @@ _REQUEST_VALIDATION = re.compile(
 )
 
 
-@dataclass(slots=True)
-class Completion:
-    """A decoded answer: the text (JSON text when a schema was requested), usage, stop reason."""
-
-    text: str | None
-    usage: Usage
-    finish_reason: str | None = None
-    refusal: str | None = None
-
-
-@dataclass(slots=True)
-class RateLimitInfo:
-    """What a response's rate-limit headers said; None where a header was absent."""
-
-    limit_requests: int | None = None
-    remaining_requests: int | None = None
-    reset_requests: float | None = None  # seconds until the request budget is full again
-    limit_tokens: int | None = None
-    remaining_tokens: int | None = None
-    reset_tokens: float | None = None
-
-
 class Codec(ABC):
     """One provider wire format."""
 
     name: ClassVar[str]
-    env_key: ClassVar[str]
     default_base_url: ClassVar[str]
     # Whether the server may be any OpenAI-compatible one, each with its own way of taking a
     # response schema (llm_kit.dialects).
@@ -123,6 +100,23 @@ class Codec(ABC):
             kind = error.get("code") or error.get("type") or error.get("status")
             return str(error.get("message") or error), str(kind or f"http_{status}")
         return str(data)[:300], f"http_{status}"
+
+
+class Backend(ABC):
+    """Where a live request goes: a provider over HTTP (llm_kit.backends) or an in-process
+    model (``ProviderSpec.in_process``)."""
+
+    @abstractmethod
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        sampling: Mapping[str, Any],
+        schema: ResponseSchema | None,
+    ) -> Completion:
+        """One request → Completion; ProviderError or ItemError on failure."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        pass
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")

@@ -11,6 +11,8 @@ import orjson
 from llm_kit.errors import ProviderError
 from llm_kit.images import is_data_url, split_data_url
 from llm_kit.providers.base import Codec, Completion, RateLimitInfo, parse_duration
+from llm_kit.providers.gemini_batch import GeminiBatchBackend
+from llm_kit.providers.registry import ProviderSpec, register_provider
 from llm_kit.schema import ResponseSchema
 from llm_kit.types import ImagePart, Message, TextPart, Usage
 
@@ -27,7 +29,6 @@ _GENERATION_KEYS = {
 
 class GeminiCodec(Codec):
     name = "gemini"
-    env_key = "GEMINI_API_KEY"
     default_base_url = "https://generativelanguage.googleapis.com"
 
     def path(self, model: str) -> str:
@@ -121,3 +122,13 @@ def _content(message: Message) -> dict[str, Any]:
                 media_type = mimetypes.guess_type(url)[0] or "image/jpeg"
                 parts.append({"fileData": {"mimeType": media_type, "fileUri": url}})
     return {"role": role, "parts": parts}
+
+
+GEMINI = register_provider(
+    ProviderSpec(
+        name="gemini",
+        codec=GeminiCodec,
+        key_env=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+        batch_backend=GeminiBatchBackend,
+    )
+)

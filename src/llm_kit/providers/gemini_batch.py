@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 
-from llm_kit.batch.backend import (
+from llm_kit.errors import ProviderError
+from llm_kit.providers.batch_backend import (
     BatchBackend,
     BatchLimits,
     Chunk,
@@ -16,8 +17,7 @@ from llm_kit.batch.backend import (
     decode_lines,
     parse_rfc3339,
 )
-from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
-from llm_kit.errors import ProviderError
+from llm_kit.providers.batch_types import BatchCounts, JobState, ProviderBatch
 
 # Inline requests must total under 20 MB; the inline framing adds a little per request, so keep
 # a margin rather than size the body twice.

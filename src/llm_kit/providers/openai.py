@@ -7,13 +7,14 @@ from typing import Any
 
 from llm_kit.dialects import NATIVE
 from llm_kit.providers.base import Codec, Completion, RateLimitInfo, int_header, parse_duration
+from llm_kit.providers.openai_batch import OpenAIBatchBackend
+from llm_kit.providers.registry import ProviderSpec, register_provider
 from llm_kit.schema import ResponseSchema
 from llm_kit.types import ImagePart, Message, TextPart, Usage
 
 
 class OpenAICodec(Codec):
     name = "openai"
-    env_key = "OPENAI_API_KEY"
     default_base_url = "https://api.openai.com/v1"
     speaks_dialects = True
 
@@ -82,3 +83,13 @@ def _message(message: Message) -> dict[str, Any]:
                 image["detail"] = part.detail
             content.append({"type": "image_url", "image_url": image})
     return {"role": message.role, "content": content}
+
+
+OPENAI = register_provider(
+    ProviderSpec(
+        name="openai",
+        codec=OpenAICodec,
+        key_env=("OPENAI_API_KEY",),
+        batch_backend=OpenAIBatchBackend,
+    )
+)

@@ -9,7 +9,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from llm_kit.batch.backend import (
+from llm_kit.providers.base import Codec
+from llm_kit.providers.batch_backend import (
     BatchBackend,
     BatchLimits,
     Chunk,
@@ -17,8 +18,7 @@ from llm_kit.batch.backend import (
     counts_from,
     decode_lines,
 )
-from llm_kit.batch.job import JobState, ProviderBatch
-from llm_kit.providers.base import Codec
+from llm_kit.providers.batch_types import JobState, ProviderBatch
 from llm_kit.transport import HttpTransport
 
 _STATES = {

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from llm_kit.providers import provider_names, provider_spec
 from mmirage.config.batch_provider import BatchProviderConfig
 from mmirage.config.errors import FieldError
 from mmirage.config.fields import (
@@ -16,7 +17,8 @@ from mmirage.config.fields import (
     PositiveInt,
 )
 
-MessageFormat = Literal["openai", "anthropic", "gemini", "local"]
+# Any provider registered with llm_kit (llm_kit.providers), checked when the config is built.
+MessageFormat = str
 # How an OpenAI-compatible server is asked for a JSON output's schema (llm_kit.dialects).
 StructuredOutput = Literal[
     "auto", "json_schema", "json_object", "guided_json", "ollama_format", "prompt"
@@ -68,11 +70,19 @@ class LLMProcessorConfig:
     request_timeout: PositiveFloat | None = None
 
     def __post_init__(self) -> None:
+        known = provider_names()
+        if self.message_format is not None and self.message_format not in known:
+            choices = ", ".join(repr(name) for name in known[:-1]) + f" or {known[-1]!r}"
+            raise FieldError("message_format", f"must be {choices}, got {self.message_format!r}")
         for name in ("max_retries", "validation_retries"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise FieldError(name, f"must be >= 0, got {value}")
-        if self.structured_output != "auto" and self.message_format not in (None, "openai"):
+        if (
+            self.structured_output != "auto"
+            and self.message_format is not None
+            and not provider_spec(self.message_format).speaks_dialects
+        ):
             raise FieldError(
                 "structured_output",
                 f"{self.structured_output!r} is for OpenAI-compatible servers; "

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from llm_kit.providers import provider_names
 from mmirage.config.envvars import expand_tree, format_path
 from mmirage.config.errors import ConfigError
 from mmirage.config.execution import ExecutionParams
@@ -167,20 +168,27 @@ def _processor(raw: Any, path: tuple[str | int, ...], source: str) -> ProcessorC
     kind = _typed_entry(raw, path, source, PROCESSOR_TYPES)
     if kind == "batch_api":
         return _batch_api_processor(raw, path, source)
+    if raw.get("message_format") not in (None, *provider_names()):
+        # A plugin may register it: a provider module adds its llm_kit spec with its adapter.
+        _load_plugins(path, source, "message_format")
     processor: ProcessorConfig = build(PROCESSOR_TYPES[kind], raw, path, source)
     return processor
+
+
+def _load_plugins(path: tuple[str | int, ...], source: str, field: str) -> None:
+    """Plugins (entry points, MMIRAGE_BATCH_PROVIDERS) register their providers on import:
+    before the name is resolved, so the plain CLI knows them."""
+    try:
+        load_provider_plugins()
+    except ImportError as exc:
+        raise ConfigError(source, f"{format_path(path)}.{field}", str(exc)) from None
 
 
 def _batch_api_processor(
     raw: dict[str, Any], path: tuple[str | int, ...], source: str
 ) -> BatchApiProcessorConfig:
-    # Plugins (entry points, MMIRAGE_BATCH_PROVIDERS) register their providers on import:
-    # before the name is resolved, so the plain CLI knows them.
-    try:
-        load_provider_plugins()
-    except ImportError as exc:
-        raise ConfigError(source, f"{format_path(path)}.provider", str(exc)) from None
 
+    _load_plugins(path, source, "provider")
     where = format_path(path)
     name = raw.get("name")
     if name is not None and not isinstance(name, str):

@@ -52,7 +52,8 @@ from mmirage.core.process.batch.batch_records import (
     split_id,
 )
 
-Outcome = RequestOutcome  # kept importable; renamed apart from llm_kit.batch.backend.Outcome
+# Kept importable; renamed apart from llm_kit.providers.batch_backend.Outcome.
+Outcome = RequestOutcome
 WRITE_BATCH = 5000
 _IN_BATCH = 900  # bound variables per query, under every SQLite build's limit
 

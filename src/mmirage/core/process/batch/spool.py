@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llm_kit.batch.backend import BatchLimits
+from llm_kit.providers.batch_backend import BatchLimits
 
 _CHUNK = re.compile(r"^chunk-(\d{6})\.jsonl$")
 

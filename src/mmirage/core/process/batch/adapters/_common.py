@@ -18,11 +18,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
-from llm_kit.batch.backend import BatchBackend
 from llm_kit.batch.job import JobState, ProviderBatch
 from llm_kit.batch.orphans import find_orphan
 from llm_kit.providers import get_codec
 from llm_kit.providers.base import Codec
+from llm_kit.providers.batch_backend import BatchBackend
 from llm_kit.schema import ResponseSchema
 from llm_kit.transport import HttpTransport
 from llm_kit.types import BatchConfig

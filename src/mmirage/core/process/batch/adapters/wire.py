@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
-from llm_kit.batch.backend import Chunk, Outcome
 from llm_kit.errors import ConfigError, ItemError
 from llm_kit.providers.base import Codec
+from llm_kit.providers.batch_backend import Chunk, Outcome
 from llm_kit.schema import ResponseSchema, schema_from_dict
 from llm_kit.types import Message
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
-from llm_kit.emulator.damaged_downloads import DamagedDownloads
+from llm_kit.emulator.batch.damaged_downloads import DamagedDownloads
 from llm_kit.emulator.errors import RequestError
 from llm_kit.emulator.family import Family, Handler
 

@@ -15,18 +15,18 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from llm_kit.emulator.anthropic_api import AnthropicFamily
-from llm_kit.emulator.batch_http import (
+from llm_kit.emulator.anthropic.api import AnthropicFamily
+from llm_kit.emulator.batch.http import (
     origin,
     query_int,
     read_json,
     result_file_response,
     rfc3339,
 )
-from llm_kit.emulator.batch_input import BatchInput, Slicer, Spill
-from llm_kit.emulator.batch_job import BatchJob, ItemFault, Outcome, Phase, limits_for
-from llm_kit.emulator.batch_runner import Answer, Output
-from llm_kit.emulator.batch_store import StoredFile
+from llm_kit.emulator.batch.input import BatchInput, Slicer, Spill
+from llm_kit.emulator.batch.job import BatchJob, ItemFault, Outcome, Phase, limits_for
+from llm_kit.emulator.batch.runner import Answer, Output
+from llm_kit.emulator.batch.store import StoredFile
 from llm_kit.emulator.errors import RequestError
 from llm_kit.emulator.family import json_response
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from llm_kit.emulator.batch_http import (
+from llm_kit.emulator.batch.http import (
     CHUNK,
     file_response,
     page_after,
@@ -19,10 +19,10 @@ from llm_kit.emulator.batch_http import (
     result_file_response,
     save_stream,
 )
-from llm_kit.emulator.batch_store import StoredFile
+from llm_kit.emulator.batch.store import StoredFile
 from llm_kit.emulator.errors import RequestError
 from llm_kit.emulator.family import json_response
-from llm_kit.emulator.openai_api import OpenAIFamily
+from llm_kit.emulator.openai.api import OpenAIFamily
 
 PURPOSES = (
     "assistants",

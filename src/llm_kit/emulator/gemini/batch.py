@@ -18,14 +18,14 @@ from typing import Any, BinaryIO
 import orjson
 from aiohttp import web
 
-from llm_kit.emulator.batch_http import page_after, query_int, read_json, rfc3339
-from llm_kit.emulator.batch_input import BatchInput, Slicer, Spill, scan_lines
-from llm_kit.emulator.batch_job import BatchJob, ItemFault, Outcome, Phase, limits_for
-from llm_kit.emulator.batch_runner import Answer, Output
-from llm_kit.emulator.batch_store import StoredFile
+from llm_kit.emulator.batch.http import page_after, query_int, read_json, rfc3339
+from llm_kit.emulator.batch.input import BatchInput, Slicer, Spill, scan_lines
+from llm_kit.emulator.batch.job import BatchJob, ItemFault, Outcome, Phase, limits_for
+from llm_kit.emulator.batch.runner import Answer, Output
+from llm_kit.emulator.batch.store import StoredFile
 from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.gemini_api import GeminiFamily, get_field
-from llm_kit.emulator.gemini_files import PREFIX as FILE_PREFIX
+from llm_kit.emulator.gemini.api import GeminiFamily, get_field
+from llm_kit.emulator.gemini.files import PREFIX as FILE_PREFIX
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from llm_kit.emulator.batch_http import (
+from llm_kit.emulator.batch.http import (
     CHUNK,
     file_response,
     origin,
@@ -28,10 +28,10 @@ from llm_kit.emulator.batch_http import (
     rfc3339,
     save_stream,
 )
-from llm_kit.emulator.batch_store import StoredFile
+from llm_kit.emulator.batch.store import StoredFile
 from llm_kit.emulator.errors import RequestError
 from llm_kit.emulator.family import json_response
-from llm_kit.emulator.gemini_api import GeminiFamily
+from llm_kit.emulator.gemini.api import GeminiFamily
 
 PREFIX = "files/"
 MAX_FILE_BYTES = 2 * 1024**3

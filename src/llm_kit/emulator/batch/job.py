@@ -18,7 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from llm_kit.emulator.batch_store import StoredFile
+from llm_kit.emulator.batch.store import StoredFile
 from llm_kit.emulator.config import EmulatorConfig
 
 VALIDATING_SHARE = 0.1  # of batch_delay_s

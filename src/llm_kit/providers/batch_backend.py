@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from llm_kit.batch.job import BatchCounts, JobState, ProviderBatch
 from llm_kit.errors import ConfigError, ProviderError
 from llm_kit.providers.base import Codec, Completion
+from llm_kit.providers.batch_types import BatchCounts, JobState, ProviderBatch
 from llm_kit.redact import redact_text
 from llm_kit.transport import HttpTransport
 

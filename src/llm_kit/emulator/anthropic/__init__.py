@@ -1,0 +1,1 @@
+"""The Anthropic wire format: Messages and Message Batches."""

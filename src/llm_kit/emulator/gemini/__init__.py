@@ -1,0 +1,1 @@
+"""The Gemini wire format: generateContent, Files, batchGenerateContent."""

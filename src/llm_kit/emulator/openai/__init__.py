@@ -1,0 +1,1 @@
+"""The OpenAI wire format: Chat Completions, Files, Batches."""

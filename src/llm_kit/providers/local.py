@@ -1,0 +1,68 @@
+"""``message_format="local"``: the embedded llama.cpp model, in this process, no key, no HTTP."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from llm_kit.errors import ConfigError
+from llm_kit.providers.base import Backend
+from llm_kit.providers.registry import ProviderSpec, register_provider
+from llm_kit.schema import ResponseSchema
+from llm_kit.types import Completion, Message
+
+
+class LocalBackend(Backend):
+    """The embedded llama.cpp model. Text only: image parts are dropped (it cannot see)."""
+
+    def __init__(self, model_path: str | None = None) -> None:
+        from llm_kit.local import LocalEngine  # deferred, like default_model_path below
+
+        self.engine = LocalEngine.shared(model_path)
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        sampling: Mapping[str, Any],
+        schema: ResponseSchema | None,
+    ) -> Completion:
+        max_tokens = sampling.get("max_tokens") or sampling.get("max_completion_tokens")
+        stop = sampling.get("stop")
+        return await self.engine.complete(
+            messages,
+            max_tokens=max_tokens,
+            temperature=sampling.get("temperature"),
+            top_p=sampling.get("top_p"),
+            seed=sampling.get("seed"),
+            stop=[stop] if isinstance(stop, str) else stop,
+            json_schema=schema.schema if schema is not None else None,
+        )
+
+
+def local_model_path(model: str) -> str:
+    """The GGUF file: ``model`` when it is a .gguf path, else the embedded default. Checked
+    when the LLM is built, so that a missing install fails before any item runs."""
+    from llm_kit.local import default_model_path  # deferred: only a local LLM needs the engine
+
+    path = Path(model).expanduser() if model.endswith(".gguf") else default_model_path()
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ConfigError(
+            "the local model needs `pip install 'mmirage[local]'` "
+            "(the package llama-cpp-python is not installed)"
+        )
+    if not path.is_file():
+        raise ConfigError(
+            f"local model file {path} does not exist; pass model='path/to/model.gguf' or set "
+            "LLM_KIT_LOCAL_MODEL_PATH"
+        )
+    return str(path)
+
+
+def _prepare(model: str) -> Callable[[], Backend]:
+    path = local_model_path(model)
+    return lambda: LocalBackend(path)
+
+
+LOCAL = register_provider(ProviderSpec(name="local", in_process=_prepare))
