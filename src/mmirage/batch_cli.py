@@ -60,6 +60,7 @@ from mmirage.core.process.batch.results_store import (
 )
 from mmirage.core.process.batch.results_store import FAILED as REQUEST_FAILED
 from mmirage.core.process.batch.row_rebuild import INVALID
+from mmirage.errors import UserError
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -79,12 +80,9 @@ def _one_sentence_errors(codes: list[int]) -> Iterator[None]:
     """Known failures become ``error: <sentence>`` and their exit code in ``codes``."""
     try:
         yield
-    except CollectorError as exc:
+    except (CollectorError, PriceFileError) as exc:
         _error(str(exc))
-        codes.append(exc.exit_code)
-    except PriceFileError as exc:
-        _error(str(exc))
-        codes.append(2)
+        codes.append(2 if isinstance(exc, UserError) else 1)
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
         _error(f"{exc.strerror or exc}{where}; check the path and the disk")

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
 from mmirage.core.process.base import OutputRequest, OutputResult
+from mmirage.errors import MmirageError
 
 if TYPE_CHECKING:
     from mmirage.config.processors import CustomProcessorConfig
@@ -130,7 +131,7 @@ def _call(
 # --- parent side ---------------------------------------------------------------------------
 
 
-class _PoolKilled(Exception):
+class _PoolKilled(MmirageError):
     """The pool was killed on purpose (another row's hung call): calls caught in it run again."""
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.core.shard.disk import writing
+from mmirage.errors import UserError, WorkFailed
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -56,12 +57,12 @@ SUCCESS, RUNNING, FAILED, STALE, EXHAUSTED, MISSING, UNKNOWN = (
 COUNTERS = ("rows_done", "rows_failed", "rows_retryable", "input_tokens", "output_tokens")
 
 
-class UnusableDirError(Exception):
+class UnusableDirError(UserError):
     """A directory a run must write to cannot be used (a file in the way, no permission, a
     read-only disk); ``str(err)`` names the config field, the path and what to do."""
 
 
-class ShardConflictError(Exception):
+class ShardConflictError(WorkFailed):
     """The shard cannot run as asked (another live process holds it, or the config changed
     since its results were written); ``str(err)`` says what to do."""
 

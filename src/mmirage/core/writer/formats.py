@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import orjson
 
+from mmirage.errors import WorkFailed
+
 Format = Literal["hf", "jsonl", "parquet"]
 FORMATS: tuple[Format, ...] = ("hf", "jsonl", "parquet")
 BATCH_ROWS = 1000
@@ -34,7 +36,7 @@ Batches = Callable[[], Iterator[list[dict[str, Any]]]]
 """A re-iterable source of row batches (the Arrow formats read it twice)."""
 
 
-class FormatError(Exception):
+class FormatError(WorkFailed):
     """A shard cannot be read or the dataset cannot be written; ``str(err)`` says where."""
 
 

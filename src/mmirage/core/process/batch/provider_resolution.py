@@ -14,6 +14,7 @@ from mmirage.config.batch_provider import (
     GeminiBatchConfig,
     OpenAIBatchConfig,
 )
+from mmirage.errors import UserError
 
 _BUILT_INS: dict[str, type[BatchProviderConfig]] = {
     "openai": OpenAIBatchConfig,
@@ -31,7 +32,7 @@ def normalize_provider_name(name: str) -> str:
     return name.strip().lower()
 
 
-class UnknownBatchProviderError(LookupError):
+class UnknownBatchProviderError(UserError, LookupError):
     """``provider:`` names no registered config class."""
 
 

@@ -19,6 +19,7 @@ from mmirage.core.process.batch.provider_resolution import (
     PLUGIN_GROUP,
     normalize_provider_name,
 )
+from mmirage.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ _BUILT_INS = {
 }
 
 
-class UnknownBatchAdapterError(LookupError):
+class UnknownBatchAdapterError(UserError, LookupError):
     """No adapter is registered for a provider name."""
 
 
