@@ -222,7 +222,11 @@ def _parse_field(name: str, spec: Any, out: str, path: str) -> SchemaField:
 
 
 def _choices(value: Any, fail: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, str) and v for v in value)
+    ):
         raise fail("enum", "'enum' must be a non-empty list of strings, e.g. [positive, negative]")
     if len(set(value)) != len(value):
         raise fail("enum", f"'enum' repeats a value: {value}")
