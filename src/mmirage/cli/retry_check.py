@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -108,7 +109,9 @@ def check(
     path = config_path(config, config_option)
     with exit_on_errors():
         cfg = load(path)
-        executor = executor_for(cfg, path, new_run_id(None), here=False)
+        # Without SLURM here (say, on a laptop holding the state folder) the plain table.
+        here = not (retry_failed or shutil.which("sbatch"))
+        executor = executor_for(cfg, path, new_run_id(None), here=here)
         request = CheckRequest(metadata_paths, wait, poll_interval, retry_failed, yes)
         code = results_for(cfg).check(cfg, path, executor, request)
     sys.exit(code)

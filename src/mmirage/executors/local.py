@@ -107,12 +107,12 @@ def run_one(
             if logging.getLogger().isEnabledFor(logging.DEBUG):
                 logging.getLogger(__name__).exception("%s failed", name)
             attempts = _attempts(cfg, shard_id)
-            click.echo(f"{name}: failed (attempt {attempts}): {exc}", err=True)
             force = reset = False  # a retry resumes from the checkpoint
             # `tries` bounds the loop even when the shard failed before it could count an
             # attempt in status.json (then `attempts` would never grow).
             if plan.retry and attempts <= max_retries and tries <= max_retries:
-                continue
+                click.echo(f"{name}: failed (attempt {attempts}): {exc}", err=True)
+                continue  # the last attempt's reason is said once, by conclude
             return ShardOutcome(shard_id, problem=f"failed after {attempts} attempt(s): {exc}")
         click.echo(f"{name}: {describe(report)}", err=True)
         for note in report.notes:

@@ -212,16 +212,21 @@ def _check(cfg: MMirageConfig, path: Path, retry: bool, yes: bool) -> int:
     """``mmirage check`` in slurm mode: the joined table, a summary, and ``--retry``."""
     lines, views = check_table(cfg, path)
     print_table(lines)
+    counts = summary([v.state for v in views])
+    # The same summary line as in local mode, then what SLURM adds.
+    states: dict[str, int] = {}
+    for view in views:
+        states[view.state] = states.get(view.state, 0) + 1
+    rows = sum(int((v.status or {}).get("rows_done") or 0) for v in views)
+    failed = sum(int((v.status or {}).get("rows_failed") or 0) for v in views)
+    listed = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    click.echo(f"{counts['total']} shard(s): {listed}; {rows} rows done, {failed} failed")
+    dead = [v.shard_id for v in views if v.state in ("stale", "failed", "exhausted") and v.task]
+    if dead:
+        click.echo(f"ended in SLURM without success: shard(s) {dead} ('mmirage retry -y')")
     for view in views:
         for note in view.notes:
-            click.echo(note)
-    counts = summary([v.state for v in views])
-    dead = [v.shard_id for v in views if v.state in ("stale", "failed", "exhausted") and v.task]
-    click.echo(
-        f"{counts['total']} shard(s): {counts['successful']} succeeded, {counts['running']} "
-        f"queued or running, {counts['failed']} to retry, {counts['max_retries_exceeded']} "
-        "out of retries" + (f"; ended in SLURM without success: {dead}" if dead else "")
-    )
+            click.echo(note, err=True)
     if retry and counts["successful"] != counts["total"]:
         code = resubmit_failed(cfg, path, yes, id_on_stdout=True)
         if code:
