@@ -47,11 +47,6 @@ def debug() -> bool:
     return logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
-def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
 def report(exc: BaseException) -> int:
     """Print ``exc`` as ``error: <sentence>`` (its traceback too at DEBUG); its exit code."""
     code = exit_code_for(exc)
@@ -90,16 +85,15 @@ def code_of(work: Callable[[], int]) -> int:
 
 
 def os_failure(exc: OSError, field: str) -> NoReturn:
-    """A path the user must fix exits 2 naming it (``field``: the option that chose it); any
-    other OS error (disk full, I/O) is a failed merge, exit 1."""
+    """A path the user must fix is a ``UserError`` naming it (``field``: the option that chose
+    it); any other OS error (disk full, I/O) is a failed merge, a ``WorkFailed``."""
     from mmirage.core.shard.state import is_path_problem, unusable_dir
 
     if is_path_problem(exc):
-        fail(str(unusable_dir(exc, Path(exc.filename or "."), field)), USER_ERROR)
+        raise unusable_dir(exc, Path(exc.filename or "."), field) from exc
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         where = exc.filename or f"the {field}"
-        fail(
-            f"no space left on the device of {where}; free space there or choose another {field}",
-            WORK_FAILED,
-        )
-    fail(str(exc), WORK_FAILED)
+        raise WorkFailed(
+            f"no space left on the device of {where}; free space there or choose another {field}"
+        ) from exc
+    raise WorkFailed(str(exc)) from exc
