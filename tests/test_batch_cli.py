@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from llm_kit.emulator import EmulatorConfig, running_emulator
-from mmirage.batch_cli import batch_check, batch_merge, batch_retry
+from mmirage.cli.batch_mode import batch_check, batch_merge, batch_retry
 from mmirage.core.process.batch import cost
 from mmirage.core.process.batch.collector import pipeline_state_dir
 from test_batch_collector import (
@@ -258,7 +258,7 @@ def test_merge_through_a_fresh_process_never_prints_the_key(tmp_path: Path) -> N
             import sys
             from mmirage.config import load_mmirage_config
             from mmirage.core.shard.runner import run_shard
-            from mmirage.batch_cli import batch_check, batch_merge
+            from mmirage.cli.batch_mode import batch_check, batch_merge
             config = load_mmirage_config({str(path)!r})
             for shard in range(2):
                 run_shard(config, shard)

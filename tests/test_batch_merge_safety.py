@@ -32,7 +32,7 @@ from batch_spec_support import (
 )
 from llm_kit.emulator import EmulatorConfig, running_emulator
 from llm_kit.emulator.runner import EmulatorHandle
-from mmirage.batch_cli import batch_merge, batch_retry
+from mmirage.cli.batch_mode import batch_merge, batch_retry
 from mmirage.core.process.batch import fetching
 from mmirage.core.process.batch.collector import open_store
 from test_batch_collector import ENV, SIZES, config_data, make_config, run_all

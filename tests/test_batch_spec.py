@@ -550,6 +550,22 @@ def test_anthropic_without_temperature_or_top_p_leaves_sampling_to_the_provider(
     assert "temperature" not in params and "top_p" not in params
 
 
+def test_the_run_id_is_an_argument_not_an_environment_variable(tmp_path: Path) -> None:
+    # A parent run hands its id to its shard processes as --run-id; MMIRAGE_RUN_ID is not read.
+    made = prepare(tmp_path, None, question_rows(1))
+    export = tmp_path / "p.jsonl"
+    env = cli_env(MMIRAGE_RUN_ID="fromenv")
+    ok(
+        mmirage(
+            "run", "--config", made.config, "--export-prompts", export, "--run-id", "r42", env=env
+        )
+    )
+    assert [p.name for p in tmp_path.glob("p.*.jsonl")] == ["p.r42.jsonl"]
+    ok(mmirage("run", "--config", made.config, "--export-prompts", export, env=env))
+    drawn = {p.name for p in tmp_path.glob("p.*.jsonl")} - {"p.r42.jsonl"}
+    assert len(drawn) == 1 and "fromenv" not in drawn.pop()
+
+
 def test_provider_determines_which_fields_are_accepted(tmp_path: Path) -> None:
     cases: list[tuple[str, dict[str, Any], str]] = [
         ("anthropic", {"completion_window": "24h"}, "completion_window"),  # an openai field

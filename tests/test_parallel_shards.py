@@ -159,13 +159,16 @@ def test_stopping_the_parent_stops_the_children(tmp_path: Path, call_log: Path, 
 
 
 def test_parallel_children_share_one_run_id(tmp_path: Path, call_log: Path) -> None:
-    # A child is `mmirage run CONFIG --shard-id K` with MMIRAGE_RUN_ID set by the parent.
+    # A child is `mmirage run CONFIG --shard-id K --run-id R`, R drawn once by the parent (the
+    # custom function runs in a spawned worker, which keeps the shard process's argv).
     config = parallel_config(tmp_path, width=2)
     probe = tmp_path / "fn.py"
     probe.write_text(
         LOGGING_FUNCTION
         + "\n\ndef run_id(variables):\n"
-        + "    return os.environ.get('MMIRAGE_RUN_ID') or ''\n"
+        + "    import sys\n"
+        + "    argv = sys.argv\n"
+        + "    return argv[argv.index('--run-id') + 1] if '--run-id' in argv else ''\n"
     )
     raw = json.loads(config.read_text())
     raw["processors"][0]["function_name"] = "run_id"

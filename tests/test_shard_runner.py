@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -353,29 +354,30 @@ def test_cli_user_errors_exit_2(tmp_path: Path) -> None:
     [(1, "1 row(s) failed", 2), (0, "1 of 1 shard(s) did not succeed", 1)],
 )
 def test_cli_retries_exactly_max_retries(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_retries: int, message: str, attempts: int
+    tmp_path: Path, max_retries: int, message: str, attempts: int
 ) -> None:
-    from click.testing import CliRunner
-
-    import mmirage.core.shard as shard_pkg
-    import mmirage.run_cli as run_cli
-    from mmirage.cli import main
+    from mmirage.cli.errors import exit_code_for
+    from mmirage.errors import MmirageError
+    from mmirage.executors.base import RunPlan, RunRequest
+    from mmirage.executors.local import LocalExecutor
 
     config = make_config(tmp_path, **ONE_OUTPUT)
     fake = FakeProcessor(raise_on_call=1)  # the first attempt dies, a retry would succeed
-    real_run_shard = shard_pkg.run_shard
 
     config.execution_params.retry = True
     config.execution_params.max_retries = max_retries
 
     def with_fake(cfg: Any, k: int, **kwargs: Any) -> Any:
-        return real_run_shard(cfg, k, processors=procs(fake), **kwargs)
+        return run_shard(cfg, k, processors=procs(fake), **kwargs)
 
-    monkeypatch.setattr(shard_pkg, "run_shard", with_fake)
-    monkeypatch.setattr(run_cli, "_load", lambda path: config)
-    monkeypatch.setattr(run_cli, "_sigterm_as_exit", lambda *grace: None)
-    result = CliRunner().invoke(main, ["run", "ignored.yaml"])
-    assert result.exit_code == 1 and message in result.output, result.output
+    # What `mmirage run` does with this config, the shard runner given the fake processor.
+    executor = LocalExecutor(
+        config, tmp_path / "ignored.yaml", "r1", run_shard=with_fake, handle_signals=False
+    )
+    result = executor.run(RunRequest(None, RunPlan(retry=True)))
+    with pytest.raises(MmirageError, match=re.escape(message)) as err:
+        result.conclude()
+    assert exit_code_for(err.value) == 1
     assert (read_status(status_path(config, 0)) or {})["attempts"] == attempts
 
 

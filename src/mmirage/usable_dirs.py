@@ -8,8 +8,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from mmirage.errors import UserError
 
-class UnusableDirError(Exception):
+
+class UnusableDirError(UserError):
     """A directory a run must write to cannot be used (a file in the way, no permission, a
     read-only disk); ``str(err)`` names the config field, the path and what to do."""
 

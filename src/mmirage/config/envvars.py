@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mmirage.config.errors import ConfigError
+from mmirage.errors import MmirageError
 
 _REFERENCE = re.compile(
     r"\$\$"  # escaped dollar
@@ -30,7 +31,7 @@ _OUTPUT_TEXT_FIELDS = frozenset(
 _OPTIONAL_WHEN_UNSET = (("loading_params", "shard_id"),)
 
 
-class _Unset(Exception):
+class _Unset(MmirageError):
     def __init__(self, name: str) -> None:
         self.name = name
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from mmirage.errors import MmirageError, UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A configuration that cannot run, with where the problem is and what is allowed.
 
     ``str(err)`` is one sentence: ``<file>: <field path>: <problem>``.
@@ -17,7 +19,7 @@ class ConfigError(ValueError):
         super().__init__(f"{where}: {self.problem}.")
 
 
-class FieldError(ValueError):
+class FieldError(MmirageError, ValueError):
     """Raised inside a config class's validation to blame one field (or a sub-path of it).
 
     The loader turns it into a ``ConfigError`` whose path ends with ``field``.

@@ -8,6 +8,7 @@ from mmirage.config.execution import ExecutionParams
 from mmirage.config.loading_params import LoadingParams
 from mmirage.config.processing_params import OutputVar, ProcessingParams
 from mmirage.config.processors import ProcessorConfig
+from mmirage.errors import MmirageError
 
 
 @dataclass
@@ -25,7 +26,7 @@ class MMirageConfig:
         return select_processor(self.processors, output)
 
 
-class ProcessorSelectionError(LookupError):
+class ProcessorSelectionError(MmirageError, LookupError):
     pass
 
 

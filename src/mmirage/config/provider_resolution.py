@@ -15,6 +15,7 @@ from mmirage.config.batch_provider import (
     OpenAIBatchConfig,
 )
 from mmirage.config.plugins import PROVIDER_PLUGINS
+from mmirage.errors import UserError
 
 _BUILT_INS: dict[str, type[BatchProviderConfig]] = {
     "openai": OpenAIBatchConfig,
@@ -32,7 +33,7 @@ def normalize_provider_name(name: str) -> str:
     return name.strip().lower()
 
 
-class UnknownBatchProviderError(LookupError):
+class UnknownBatchProviderError(UserError, LookupError):
     """``provider:`` names no registered config class."""
 
 

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from mmirage.errors import MmirageError
+
 if TYPE_CHECKING:
     from jinja2 import Environment
 
@@ -17,7 +19,7 @@ def _environment() -> Environment:
     return Environment()
 
 
-class TemplateProblem(ValueError):
+class TemplateProblem(MmirageError, ValueError):
     pass
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmirage.errors import UserError, WorkFailed
+
 # States in which a task may still run (or run again); anything else is final.
 ACTIVE_STATES = frozenset(
     {
@@ -39,11 +41,11 @@ _NO_ACCOUNTING = re.compile(r"accounting storage is disabled|not running a suppo
 _TASK_ID = re.compile(r"^(?P<job>\d+)(?:_(?P<task>\d+|\[[\d,\-%]+\]))?$")
 
 
-class SlurmUnavailableError(Exception):
+class SlurmUnavailableError(WorkFailed):
     """A SLURM command is missing or kept failing; the message says which and what to do."""
 
 
-class SlurmRejectedError(Exception):
+class SlurmRejectedError(UserError):
     """sbatch refused the job (account, partition, time...): its own message, one sentence."""
 
 

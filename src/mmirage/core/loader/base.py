@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from mmirage.errors import UserError
+
 if TYPE_CHECKING:
     from mmirage.config.loading_params import DatasetConfig
 
@@ -14,7 +16,7 @@ OnBadRow = Literal["fail", "skip"]
 """``fail``: raise ``DataError`` at the first malformed row; ``skip``: report it and go on."""
 
 
-class DataError(Exception):
+class DataError(UserError):
     """Input data that cannot be read: a missing path, a file that is not what the config says,
     or (with ``on_bad_row="fail"``) a malformed row. ``str(err)`` is one sentence."""
 

@@ -30,6 +30,7 @@ from mmirage.core.writer.formats import (
     target_path,
     write_dataset,
 )
+from mmirage.errors import WorkFailed
 from mmirage.rundir import ERRORS, USAGE, status_path
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ _FILE = re.compile(r"^shard-(\d+)-of-(\d+)\.(jsonl|parquet)$")
 _HF_DIR = re.compile(r"^shard-(\d+)-of-(\d+)$|^shard_(\d+)$")
 
 
-class MergeError(Exception):
+class MergeError(WorkFailed):
     """The shards cannot be merged as asked; ``str(err)`` is one sentence saying what to do."""
 
 

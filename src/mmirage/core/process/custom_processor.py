@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
+from mmirage.errors import MmirageError
 
 if TYPE_CHECKING:
     from mmirage.config.processors import CustomProcessorConfig
@@ -131,7 +132,7 @@ def _call(
 # --- parent side ---------------------------------------------------------------------------
 
 
-class _PoolKilled(Exception):
+class _PoolKilled(MmirageError):
     """The pool was killed on purpose (another row's hung call): calls caught in it run again."""
 
 

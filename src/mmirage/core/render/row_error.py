@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from mmirage.errors import MmirageError
 
-class RowError(ValueError):
+
+class RowError(MmirageError, ValueError):
     """One row cannot be processed; ``str(err)`` is one sentence saying why and what to do.
 
     ``variable``/``key``/``path`` name what failed where that is known, so a report can group

@@ -14,8 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mmirage.errors import WorkFailed
 
-class DiskFullError(Exception):
+
+class DiskFullError(WorkFailed):
     """A shard file could not be written for lack of space; ``str(err)`` names it."""
 
 

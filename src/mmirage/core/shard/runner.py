@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -87,7 +86,7 @@ def run_shard(
     ``processors`` (keyed by ``processor_key``) are used as given and not closed; ``None``
     builds them from the config and closes them at the end. Raises on failure, after recording
     it in status.json; the next call resumes from the last checkpoint. ``run_id`` names this
-    run in batch receipts (default: one per process); ``export_prompts`` makes ``batch_api``
+    run in batch receipts (default: a new one); ``export_prompts`` makes ``batch_api``
     processors write their requests there instead of submitting them. ``retry_rows``: in a
     published shard, compute again the rows that failed for a retryable reason (``row_retry``).
     """
@@ -123,7 +122,7 @@ async def arun_shard(
     # lines in the part file. The lock dies with its process, so a killed run never blocks.
     with shard_lock(shard_lock_path(config, shard_id), shard_id):
         context = RunContext(
-            run_id=run_id or current_run_id(),
+            run_id=run_id or new_run_id(),
             shard_id=shard_id,
             num_shards=lp.num_shards,
             state_dir=str(pipeline_dir(config)),
@@ -142,18 +141,12 @@ async def arun_shard(
         )
 
 
-def current_run_id() -> str:
-    """This run's id: ``MMIRAGE_RUN_ID`` (set by a parent ``mmirage run`` for its shard
-    processes), else six hex digits drawn once per process."""
-    global _RUN_ID
-    if _RUN_ID is None:
-        import uuid
+def new_run_id() -> str:
+    """A fresh run id: six hex digits. ``mmirage run`` draws one and hands it to every shard
+    process it starts, so that their batch receipts share it."""
+    import uuid
 
-        _RUN_ID = os.environ.get("MMIRAGE_RUN_ID") or uuid.uuid4().hex[:6]
-    return _RUN_ID
-
-
-_RUN_ID: str | None = None
+    return uuid.uuid4().hex[:6]
 
 
 async def _arun_shard_locked(

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmirage.core.shard.disk import writing
 from mmirage.core.shard.output import ShardOutput
+from mmirage.errors import WorkFailed
 from mmirage.rundir import (
     COUNTERS,
     atomic_write_json,
@@ -64,7 +65,7 @@ SUCCESS, RUNNING, FAILED, STALE, EXHAUSTED, MISSING, UNKNOWN = (
 )
 
 
-class ShardConflictError(Exception):
+class ShardConflictError(WorkFailed):
     """The shard cannot run as asked (another live process holds it, or the config changed
     since its results were written); ``str(err)`` says what to do."""
 

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import orjson
 
+from mmirage.errors import WorkFailed
 from mmirage.rundir import ROW_KEY
 
 Format = Literal["hf", "jsonl", "parquet"]
@@ -36,7 +37,7 @@ Batches = Callable[[], Iterator[list[dict[str, Any]]]]
 """A re-iterable source of row batches (the Arrow formats read it twice)."""
 
 
-class FormatError(Exception):
+class FormatError(WorkFailed):
     """A shard cannot be read or the dataset cannot be written; ``str(err)`` says where."""
 
 

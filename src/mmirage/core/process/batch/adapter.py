@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from mmirage.config.batch_provider import BatchProviderConfig
 from mmirage.config.credentials import credential_env_var
+from mmirage.errors import UserError
 
 COMPLETED, FAILED, IN_PROGRESS, UNKNOWN = "completed", "failed", "in_progress", "unknown"
 NORMALIZED_STATUSES = (COMPLETED, FAILED, IN_PROGRESS, UNKNOWN)
@@ -57,7 +58,7 @@ class BatchSubmissionResult:
         return self.status in (COMPLETED, FAILED)
 
 
-class MissingCredentialsError(RuntimeError):
+class MissingCredentialsError(UserError, RuntimeError):
     """A required ``<PROVIDER>_<KEY>`` environment variable is not set."""
 
 

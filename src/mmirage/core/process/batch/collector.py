@@ -35,7 +35,7 @@ from mmirage.core.process.batch.adapter import (
     BatchSubmissionResult,
     MissingCredentialsError,
 )
-from mmirage.core.process.batch.errors import CollectorError
+from mmirage.core.process.batch.errors import CollectorError, CollectorSetupError
 from mmirage.core.process.batch.receipt_recovery import with_spooled_receipts
 from mmirage.core.process.batch.receipts import (
     batch_processors,
@@ -222,9 +222,9 @@ class AdapterPool:
             try:
                 adapter = BatchAdapterRegistry.create(processor.provider_config)
             except MissingCredentialsError as exc:
-                raise CollectorError(str(exc), exit_code=2) from None
+                raise CollectorSetupError(str(exc)) from None
             except LookupError as exc:
-                raise CollectorError(str(exc), exit_code=2) from None
+                raise CollectorSetupError(str(exc)) from None
             self._adapters[key] = adapter
         return adapter, processor.provider_config
 

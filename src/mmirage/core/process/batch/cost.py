@@ -29,6 +29,8 @@ from typing import Any
 
 import orjson
 
+from mmirage.errors import UserError
+
 PRICES_AS_OF = "2025-11"
 PRICES_ENV = "MMIRAGE_PRICES"
 BYTES_PER_TOKEN = 4
@@ -85,7 +87,7 @@ _registered: dict[str, Price] = {}
 _env_cache: tuple[tuple[str, float], dict[str, Price]] | None = None
 
 
-class PriceFileError(ValueError):
+class PriceFileError(UserError, ValueError):
     """``MMIRAGE_PRICES`` names a file that cannot be used; ``str(err)`` says why."""
 
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-
-class CollectorError(Exception):
-    """Check, merge or retry cannot go on; ``str(err)`` is one sentence saying what to do.
-    ``exit_code`` 2 marks a problem of the setup (a missing key), 1 anything else."""
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+from mmirage.errors import UserError, WorkFailed
 
 
-class IncompleteResultsError(Exception):
+class CollectorError(WorkFailed):
+    """Check, merge or retry cannot go on; ``str(err)`` is one sentence saying what to do."""
+
+
+class CollectorSetupError(CollectorError, UserError):
+    """Check, merge or retry cannot start until the user fixes the setup (a missing key, a
+    provider with no adapter)."""
+
+
+class IncompleteResultsError(WorkFailed):
     """A downloaded result file holds fewer results than the provider says the batch has
     (an empty, torn or undecodable download): it must be downloaded again, never stored."""
 
@@ -22,4 +24,4 @@ class IncompleteResultsError(Exception):
         self.expected = expected
 
 
-__all__ = ["CollectorError", "IncompleteResultsError"]
+__all__ = ["CollectorError", "CollectorSetupError", "IncompleteResultsError"]

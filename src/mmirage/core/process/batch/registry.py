@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from mmirage.config.plugins import load_provider_plugins
 from mmirage.config.provider_resolution import PLUGIN_ENV, normalize_provider_name
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
+from mmirage.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ _BUILT_INS = {
 }
 
 
-class UnknownBatchAdapterError(LookupError):
+class UnknownBatchAdapterError(UserError, LookupError):
     """No adapter is registered for a provider name."""
 
 

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm_kit.providers.batch_backend import BatchLimits
+from mmirage.errors import UserError
 
 _CHUNK = re.compile(r"^chunk-(\d{6})\.jsonl$")
 
 
-class OversizedRequestError(ValueError):
+class OversizedRequestError(UserError, ValueError):
     """A request exceeds ``max_chunk_bytes`` under ``oversized_request_policy: reject``."""
 
 

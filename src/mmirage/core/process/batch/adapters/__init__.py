@@ -9,8 +9,10 @@ this package stays cheap.
 
 from __future__ import annotations
 
+from mmirage.errors import WorkFailed
 
-class BatchNotReadyError(RuntimeError):
+
+class BatchNotReadyError(WorkFailed, RuntimeError):
     """Results were asked for while the provider batch is still running."""
 
     def __init__(self, message: str, *, batch_id: str = "", status: str | None = None) -> None:

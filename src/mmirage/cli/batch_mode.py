@@ -1,7 +1,7 @@
 """``mmirage check``, ``merge`` and ``retry`` for a config with a ``batch_api`` processor.
 
-Plain functions that print with ``click.echo`` and return the exit code; the commands of
-``run_cli`` / ``merge_cli`` call them when the config declares a batch_api processor.
+Plain functions that print with ``click.echo`` and return the exit code; the commands reach
+them through ``mmirage.cli.results`` when the config declares a batch_api processor.
 
 Exit codes: ``check`` 1 only when a batch failed at the provider (and was not resubmitted by
 ``retry`` since) or a status lookup failed, 0 otherwise — also while batches are running;
@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from mmirage.cli.errors import code_of
 from mmirage.core.merge.merged_output import write_merged
 from mmirage.core.merge.row_rebuild import INVALID
 from mmirage.core.process.batch.adapter import COMPLETED, FAILED, IN_PROGRESS, UNKNOWN
@@ -33,7 +33,6 @@ from mmirage.core.process.batch.collector import (
     LOOKUP_FAILED,
     AdapterPool,
     BatchStatus,
-    CollectorError,
     open_store,
     pipeline_key,
     poll,
@@ -45,7 +44,6 @@ from mmirage.core.process.batch.collector import (
 from mmirage.core.process.batch.cost import (
     PRICES_AS_OF,
     PRICES_ENV,
-    PriceFileError,
     format_usd,
 )
 from mmirage.core.process.batch.fetching import FetchReport, fetch_terminal
@@ -58,6 +56,7 @@ from mmirage.core.process.batch.results_store import (
     SUCCEEDED,
 )
 from mmirage.core.process.batch.results_store import FAILED as REQUEST_FAILED
+from mmirage.errors import WorkFailed
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -72,27 +71,23 @@ def _error(message: str) -> None:
     click.echo(f"error: {message}", err=True)
 
 
-@contextmanager
-def _one_sentence_errors(codes: list[int]) -> Iterator[None]:
-    """Known failures become ``error: <sentence>`` and their exit code in ``codes``."""
-    try:
-        yield
-    except CollectorError as exc:
-        _error(str(exc))
-        codes.append(exc.exit_code)
-    except PriceFileError as exc:
-        _error(str(exc))
-        codes.append(2)
-    except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        _error(f"{exc.strerror or exc}{where}; check the path and the disk")
-        codes.append(1)
-    except sqlite3.Error as exc:
-        _error(
-            f"the batch results store cannot be used ({exc}); if another merge or retry is "
-            "running, wait for it, else delete results.sqlite: it is rebuilt from the receipts"
-        )
-        codes.append(1)
+def _one_sentence(work: Callable[[], int]) -> int:
+    """``work()``'s exit code; a known error, a file or a results store that cannot be used
+    becomes ``error: <sentence>`` and its exit code."""
+
+    def guarded() -> int:
+        try:
+            return work()
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise WorkFailed(f"{exc.strerror or exc}{where}; check the path and the disk") from exc
+        except sqlite3.Error as exc:
+            raise WorkFailed(
+                f"the batch results store cannot be used ({exc}); if another merge or retry is "
+                "running, wait for it, else delete results.sqlite: it is rebuilt from the receipts"
+            ) from exc
+
+    return code_of(guarded)
 
 
 # -- check ----------------------------------------------------------------------------------
@@ -106,8 +101,8 @@ def batch_check(
     poll_interval: float | None = None,
 ) -> int:
     """Report each provider batch's status, then the per-provider summary block."""
-    codes: list[int] = []
-    with _one_sentence_errors(codes):
+
+    def work() -> int:
         paths = receipt_files(config, metadata_paths, str(config_path) if config_path else None)
         # Receipts named by hand are checked whatever made them; found ones must be ours.
         scan = scan_receipts(paths, only=None if metadata_paths else pipeline_key(config))
@@ -130,7 +125,8 @@ def batch_check(
             or (s.status == FAILED and s.record.batch_id not in scan.resubmitted)
         ]
         return 1 if blocking else 0
-    return codes[0]
+
+    return _one_sentence(work)
 
 
 def _status_line(status: BatchStatus, resubmitted: bool) -> str:
@@ -210,8 +206,8 @@ def batch_merge(
 ) -> int:
     """Fetch every finished batch, rebuild the dataset into ``output_path`` (one ordered JSONL
     file, written atomically) and print the run totals."""
-    codes: list[int] = []
-    with _one_sentence_errors(codes):
+
+    def work() -> int:
         paths = receipt_files(config, metadata_paths)
         with open_store(config) as store:
             scan = scan_receipts(paths, store, only=pipeline_key(config))
@@ -235,7 +231,8 @@ def batch_merge(
         for message in unusable:
             _error(message)
         return 1 if fetch.errors or unusable else 0
-    return codes[0]
+
+    return _one_sentence(work)
 
 
 def _unusable_results(totals: MergeTotals, config: MMirageConfig) -> list[str]:
@@ -310,8 +307,8 @@ def _echo_running(fetch: FetchReport, total: int) -> None:
 
 def batch_retry(config: MMirageConfig, only_retryable: bool = False) -> int:
     """Resubmit the requests whose latest outcome is failed, expired, canceled or missing."""
-    codes: list[int] = []
-    with _one_sentence_errors(codes):
+
+    def work() -> int:
         report = retry_failed(config, only_retryable=only_retryable)
         for message in [*report.fetch.errors, *report.lost]:
             _error(message)
@@ -330,7 +327,8 @@ def batch_retry(config: MMirageConfig, only_retryable: bool = False) -> int:
                 "retry again once they finish"
             )
         return 1 if report.fetch.errors or report.lost else 0
-    return codes[0]
+
+    return _one_sentence(work)
 
 
 __all__ = ["batch_check", "batch_merge", "batch_retry"]

@@ -7,13 +7,14 @@ environment variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY).
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+from mmirage.cli.errors import exit_on_errors
 
 # llm_kit is imported inside the commands: `mmirage --help` should not pay for it.
 if TYPE_CHECKING:
@@ -26,15 +27,8 @@ JOB_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run ``work``; an error a user can cause becomes one sentence and exit 2 (config) or 1."""
-    from llm_kit import ConfigError, LLMKitError
-
-    try:
+    with exit_on_errors():
         return asyncio.run(work())
-    except LLMKitError as exc:
-        if logging.getLogger().isEnabledFor(logging.DEBUG):
-            raise
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2 if isinstance(exc, ConfigError) else 1)
 
 
 def _load(job_file: Path) -> BatchJob:

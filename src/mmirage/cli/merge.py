@@ -2,8 +2,8 @@
 
 Exit codes: 0 done; 1 shards missing (or unreadable); 2 a configuration or usage error, or an
 output path that cannot be written (a file in the way, no permission). The merge logic lives in
-``mmirage.core.merge.shards``, imported inside the commands so that ``mmirage --help`` does not
-load pyarrow or datasets.
+``mmirage.core.merge.shards`` (for batch_api configs, ``mmirage.cli.batch_mode``), imported
+inside the commands so that ``mmirage --help`` does not load pyarrow or datasets.
 """
 
 from __future__ import annotations
@@ -11,67 +11,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from mmirage.cli_support import (
-    config_params,
-    config_path,
-    fail,
-    has_batch_api,
-    load,
-    os_failure,
-    user_errors_exit_2,
-)
-
-if TYPE_CHECKING:
-    from mmirage.config.models import MMirageConfig
-    from mmirage.core.merge.shards import MergeResult
+from mmirage.cli.errors import exit_on_errors, os_failure
+from mmirage.cli.merge_report import report
+from mmirage.cli.options import config_params, config_path, load
 
 _FORMAT = click.Choice(["hf", "jsonl", "parquet"], case_sensitive=False)
 _FORMAT_HELP = "hf: a datasets save_to_disk directory (the original's format), or one file."
-
-
-def _report(results: list[MergeResult]) -> None:
-    for r in results:
-        partial = f", shard(s) {r.missing} missing" if r.missing else ""
-        click.echo(
-            f"{r.name}: {len(r.shards)} shard(s){partial}, {r.rows} rows ({r.rows_failed} "
-            f"failed), tokens {r.input_tokens} in / {r.output_tokens} out -> {r.output}"
-        )
-        if r.json_columns:
-            click.echo(
-                f"  note: column(s) {r.json_columns} mix value types; written as JSON text",
-                err=True,
-            )
-    if len(results) > 1:
-        rows = sum(r.rows for r in results)
-        failed = sum(r.rows_failed for r in results)
-        tin = sum(r.input_tokens for r in results)
-        tout = sum(r.output_tokens for r in results)
-        click.echo(
-            f"total: {len(results)} datasets, {rows} rows ({failed} failed), "
-            f"tokens {tin} in / {tout} out"
-        )
-
-
-def merge_after_run(cfg: MMirageConfig) -> None:
-    """What ``mmirage merge CONFIG`` does, with its exit codes."""
-    from mmirage.core.merge.shards import MergeError, merge_config
-
-    try:
-        with user_errors_exit_2():
-            results = merge_config(cfg)
-    except MergeError as exc:
-        fail(str(exc), 1)
-    except OSError as exc:
-        os_failure(exc, "merge output")
-    for result in results:
-        click.echo(
-            f"merged {result.rows} rows ({result.rows_failed} failed) into {result.output}",
-            err=True,
-        )
 
 
 @click.command("merge")
@@ -115,30 +63,12 @@ def merge(
     processor: fetch the finished batches and rebuild the rows into --output-path (one ordered
     JSONL file), reporting what succeeded, failed, expired or is still running.
     """
-    from mmirage.core.merge.shards import MergeError, merge_config
+    from mmirage.cli.results import MergeRequest, results_for
 
-    with user_errors_exit_2():
+    with exit_on_errors():
         cfg = load(config_path(config, config_option))
-    if has_batch_api(cfg):
-        if output_path is None:
-            fail("this config has a batch_api processor: give --output-path FILE.jsonl", 2)
-        from mmirage.batch_cli import batch_merge
-
-        sys.exit(batch_merge(cfg, output_path, metadata_paths, wait))
-    if output_path is not None or metadata_paths or wait:
-        fail("--output-path, --metadata-path and --wait apply to batch_api configs only", 2)
-    try:
-        results = merge_config(
-            cfg,
-            output_root=output_root,
-            fmt=fmt.lower(),  # type: ignore[arg-type]  # click.Choice checked it
-            allow_partial=allow_partial,
-        )
-    except MergeError as exc:
-        fail(str(exc), 1)
-    except OSError as exc:
-        os_failure(exc, "--output-root" if output_root else "merge output")
-    _report(results)
+        request = MergeRequest(output_root, allow_partial, fmt, output_path, metadata_paths, wait)
+        sys.exit(results_for(cfg).merge(cfg, request))
 
 
 @click.command("merge-dir")
@@ -167,18 +97,17 @@ def merge_dir_command(
 
     If DIRECTORY holds no shards, each subdirectory that does is merged to OUTPUT/<subdir>.
     """
-    from mmirage.core.merge.shards import MergeError, merge_dir
+    from mmirage.core.merge.shards import merge_dir
 
     source = directory or input_dir  # the original spelled it --input-dir
     if source is None:
         raise click.UsageError("give the directory: mmirage merge-dir DIRECTORY")
-    try:
-        results = merge_dir(source, output, fmt.lower(), allow_partial)  # type: ignore[arg-type]
-    except MergeError as exc:
-        fail(str(exc), 1)
-    except OSError as exc:
-        os_failure(exc, "--output" if output else "merge output")
-    _report(results)
+    with exit_on_errors():
+        try:
+            results = merge_dir(source, output, fmt.lower(), allow_partial)  # type: ignore[arg-type]
+        except OSError as exc:
+            os_failure(exc, "--output" if output else "merge output")
+    report(results)
 
 
 @click.command("stats")
@@ -187,7 +116,7 @@ def stats(config: Path | None, config_option: Path | None) -> None:
     """Print the shards' statistics as JSON: per shard, then aggregated."""
     from mmirage.core.merge.shards import stats_report
 
-    with user_errors_exit_2():
+    with exit_on_errors():
         cfg = load(config_path(config, config_option))
     click.echo(json.dumps(stats_report(cfg), indent=2, default=str))
 

@@ -1,28 +1,8 @@
-"""The ``mmirage`` command line. Exit codes: 0 ok, 1 the work failed, 2 usage or config error."""
+"""``mmirage emulate``: the provider emulator (``llm_kit.emulator``) as a local server."""
 
 from __future__ import annotations
 
-import logging
-
 import click
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--log-level",
-    type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    default="WARNING",
-    show_default=True,
-    help="How much to log; DEBUG also shows tracebacks.",
-)
-def main(log_level: str) -> None:
-    """Push datasets through LLMs: live, through provider batch APIs, or locally."""
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
 
 
 def _rate(name: str, what: str) -> click.Option:
@@ -43,7 +23,7 @@ _EMULATE_FAULT_OPTIONS = [
 ]
 
 
-@main.command()
+@click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option(
     "--port",
@@ -171,16 +151,3 @@ _EMULATE_BATCH_OPTIONS = [
     ),
 ]
 emulate.params.extend(_EMULATE_BATCH_OPTIONS)
-
-
-def _register_subcommands() -> None:
-    from mmirage.job_cli import job
-    from mmirage.merge_cli import COMMANDS as MERGE_COMMANDS
-    from mmirage.run_cli import COMMANDS as RUN_COMMANDS
-    from mmirage.slurm_cli import COMMANDS as SLURM_COMMANDS
-
-    for command in (job, *RUN_COMMANDS, *MERGE_COMMANDS, *SLURM_COMMANDS):
-        main.add_command(command)
-
-
-_register_subcommands()

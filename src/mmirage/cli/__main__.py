@@ -1,0 +1,5 @@
+"""`python -m mmirage.cli` is the `mmirage` command."""
+
+from mmirage.cli import main
+
+main()
