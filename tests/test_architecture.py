@@ -1,0 +1,141 @@
+"""The house rules, checked on the source tree: no import circle between modules or between
+folders (function-level imports count; ``if TYPE_CHECKING:`` ones do not), llm_kit never imports
+mmirage, and no module over 400 lines."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+MAX_LINES = 400
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imported(path: Path, name: str) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+
+    class Visitor(ast.NodeVisitor):
+        def visit_If(self, node: ast.If) -> None:
+            test = node.test
+            if getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == (
+                "TYPE_CHECKING"
+            ):
+                for child in node.orelse:
+                    self.visit(child)
+                return
+            self.generic_visit(node)
+
+        def visit_Import(self, node: ast.Import) -> None:
+            found.update(alias.name for alias in node.names)
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+
+    Visitor().visit(tree)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        for target in _imported(path, name):
+            parts = target.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()
+            resolved = ".".join(parts)
+            # A package importing its own submodules (re-exports) is not a circle.
+            if parts and resolved != name and not resolved.startswith(name + "."):
+                graph[name].add(resolved)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in list(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    if parts[:2] == ["mmirage", "core"] and len(parts) > 2:
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
+
+
+def test_no_import_circle_between_modules() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_no_import_circle_between_folders() -> None:
+    folders: dict[str, set[str]] = defaultdict(set)
+    for source, targets in _graph().items():
+        for target in targets:
+            if _folder(source) != _folder(target):
+                folders[_folder(source)].add(_folder(target))
+    assert _cycles(folders) == []
+
+
+def test_llm_kit_never_imports_mmirage() -> None:
+    offenders = [
+        source
+        for source, targets in _graph().items()
+        if source.startswith("llm_kit") and any(t.startswith("mmirage") for t in targets)
+    ]
+    assert offenders == []
+
+
+def test_no_module_over_400_lines() -> None:
+    long = {
+        str(path.relative_to(SRC)): n
+        for path in SRC.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
