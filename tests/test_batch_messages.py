@@ -40,9 +40,11 @@ def test_export_prompts_onto_a_directory_named_like_the_export_is_one_sentence(
     with running_emulator(EmulatorConfig(seed=22)) as emu:
         config = pipeline(tmp_path, emu, "openai", rows=20)
     (tmp_path / "prompts.abc123.jsonl").mkdir()  # where the run's export file would go
-    env = env_for("openai", MMIRAGE_RUN_ID="abc123")
+    env = env_for("openai")
     before = files_under(tmp_path)
-    done = mmirage("run", config, "--export-prompts", tmp_path / "prompts.jsonl", env=env)
+    done = mmirage(
+        "run", config, "--run-id", "abc123", "--export-prompts", tmp_path / "prompts.jsonl", env=env
+    )
     assert done.code == 2, done
     assert done.err.splitlines() == done.error_lines, done
     (line,) = done.error_lines
