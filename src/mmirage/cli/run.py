@@ -78,12 +78,14 @@ def run(
     output_path: Path | None,
     run_id: str | None,
 ) -> None:
-    """Run the pipeline's shards here; finished ones are skipped.
+    """Run the pipeline's shards (here, or as one SLURM array in mode: slurm); finished ones
+    are skipped.
 
     Without --shard-id: loading_params.shard_id if the file sets one, else every shard,
     execution_params.local_parallel_shards at a time. An interrupted shard resumes at its last
     checkpoint. With execution_params.retry (or --force-retry) a failed shard is retried up to
-    max_retries times.
+    max_retries times. In mode: slurm the unfinished shards are submitted and the job id is
+    printed alone on stdout; --wait (or retry/merge: true) follows the array to its end.
     """
     from mmirage.cli.results import results_for
     from mmirage.errors import UserError
