@@ -57,7 +57,8 @@ def new_run_id(given: str | None) -> str:
 @click.option(
     "--wait",
     is_flag=True,
-    help="batch_api: after submitting, wait for the batches and merge into --output-path.",
+    help="batch_api: after submitting, wait for the batches and merge into --output-path; "
+    "mode: slurm: follow the array to its end (then the batches, with --output-path).",
 )
 @click.option(
     "--output-path",
