@@ -132,7 +132,9 @@ def status(root: Path, shard: int) -> dict[str, Any]:
 
 @pytest.fixture()
 def emulator_slow() -> Iterator[Any]:
-    with running_emulator(EmulatorConfig(latency_s=0.05)) as emu:
+    """Slow enough that a shard of 200 rows at concurrency 2 runs ~10 s: a cancel or requeue
+    lands mid-shard even on a fast machine."""
+    with running_emulator(EmulatorConfig(latency_s=0.1)) as emu:
         yield emu
 
 
@@ -164,7 +166,7 @@ def test_four_shards_on_slurm_equal_a_local_run(
 def test_a_cancelled_task_is_shown_and_retry_requests_only_its_unfinished_rows(
     slurm_cluster: None, emulator_slow: Any, tmp_path: Path
 ) -> None:
-    rows = 200
+    rows = 400
     config = make_pipeline(
         tmp_path, emulator_slow.openai_base_url, shards=2, rows=rows, concurrency=2
     )
