@@ -21,8 +21,10 @@ def emulator() -> Iterator[object]:
 
 @pytest.fixture(autouse=True)
 def _no_real_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never see the developer's real keys."""
+    """Tests never see the developer's real keys, nor a provider URL moved by their shell."""
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "GEMINI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
 
 

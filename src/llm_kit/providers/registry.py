@@ -8,6 +8,7 @@ so adding a provider means adding one module that calls ``register_provider``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -44,8 +45,20 @@ class ProviderSpec:
             raise ValueError(f"provider {self.name!r} needs the variable(s) its key is read from")
 
     @property
+    def base_url_env(self) -> str | None:
+        """The variable that moves this provider's home URL (``OPENAI_BASE_URL``, ...)."""
+        if self.codec is None:
+            return None
+        return re.sub(r"[^A-Z0-9]", "_", self.name.upper()) + "_BASE_URL"
+
+    @property
     def default_base_url(self) -> str | None:
-        return self.codec.default_base_url if self.codec is not None else None
+        """Where requests go when no ``base_url`` is given: ``<NAME>_BASE_URL`` from the
+        environment when set (the official SDKs read the same variables), else the codec's
+        home URL."""
+        if self.codec is None:
+            return None
+        return os.environ.get(self.base_url_env or "") or self.codec.default_base_url
 
     @property
     def speaks_dialects(self) -> bool:

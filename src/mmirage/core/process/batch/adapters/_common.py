@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 from llm_kit.batch.job import JobState, ProviderBatch
 from llm_kit.batch.orphans import find_orphan
-from llm_kit.providers import get_codec
+from llm_kit.providers import get_codec, provider_spec
 from llm_kit.providers.base import Codec
 from llm_kit.providers.batch_backend import BatchBackend
 from llm_kit.schema import ResponseSchema
@@ -266,7 +266,9 @@ class LlmKitBatchAdapter(BatchSubmissionAdapter, Generic[C]):
         limits = BatchConfig(request_timeout=timeout) if timeout else BatchConfig()
         base_url = config.base_url if config is not None else None
         transport = HttpTransport(
-            base_url or self.codec.default_base_url,
+            base_url
+            or provider_spec(self.provider).default_base_url
+            or self.codec.default_base_url,
             self.codec.auth_headers(api_key) if api_key else {},
             max_connections=_CONNECTIONS,
             request_timeout=limits.request_timeout,
