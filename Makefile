@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 
-.PHONY: demo demo-llm-kit test lint typecheck unit bench clean
+.PHONY: demo demo-llm-kit test lint typecheck unit docs docs-serve bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,12 @@ $(VENV)/.local-installed: pyproject.toml scripts/install-local.sh | $(PY)
 
 $(VENV)/.dev-installed: pyproject.toml scripts/install-local.sh | $(PY)
 	scripts/install-local.sh $(PY) dev,local
-	touch $@ $(VENV)/.local-installed
+	touch $@ $(VENV)/.local-installed $(VENV)/.docs-installed
+
+# The site alone needs no model: MkDocs, Material, mkdocs-click, mkdocstrings (the docs extra).
+$(VENV)/.docs-installed: pyproject.toml | $(PY)
+	$(PIP) install -e ".[docs]"
+	touch $@
 
 # The main job: the YAML pipeline quickstart on the embedded CPU model (no key, no GPU).
 demo: $(VENV)/.local-installed
@@ -30,7 +35,7 @@ demo-llm-kit: $(VENV)/.local-installed
 	$(PY) examples/live_local/run.py
 
 lint: $(VENV)/.dev-installed
-	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples docs/_hooks
 
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy
@@ -38,10 +43,18 @@ typecheck: $(VENV)/.dev-installed
 unit: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest -q
 
-test: lint typecheck unit
+# The site, built strictly into site/: a warning, a broken link or an undocumented field fails.
+# (Material's banner about its successor is not a warning about our docs.)
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+test: lint typecheck unit docs
 
 bench: $(VENV)/.dev-installed
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache
