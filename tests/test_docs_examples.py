@@ -10,6 +10,7 @@ command and real options. Each runs in a fresh directory where the repo's ``exam
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -30,8 +31,18 @@ from mmirage.config import load_mmirage_config
 MMIRAGE = Path(sys.executable).with_name("mmirage")
 SHARED_FOLDERS = ("examples", "configs")
 BLOCK_TIMEOUT_S = 180
+# A processor for each output type, for fragments that give outputs but no processors.
+BASE_PROCESSORS: dict[str, dict[str, Any]] = {
+    "llm": {"type": "llm", "message_format": "openai", "model": "gpt-4o-mini"},
+    "batch_api": {"type": "batch_api", "provider": "openai", "model": "gpt-4o-mini"},
+    "custom": {
+        "type": "custom",
+        "script_path": "examples/recipes/custom_function.py",
+        "function_name": "triage",
+    },
+}
 BASE_CONFIG: dict[str, Any] = {
-    "processors": [{"type": "llm", "message_format": "openai", "model": "gpt-4o-mini"}],
+    "processors": [BASE_PROCESSORS["llm"]],
     "loading_params": {
         "datasets": [
             {"path": "examples/quickstart/data.jsonl", "type": "JSONL", "output_dir": "out/base"}
@@ -120,14 +131,39 @@ def test_yaml_config_runs(block: Block, workdir: Path, docs_env: dict[str, str])
 @pytest.mark.parametrize("block", FRAGMENTS, ids=_ids(FRAGMENTS))
 def test_yaml_fragment_loads(block: Block, workdir: Path, docs_env: dict[str, str]) -> None:
     _skip_if_marked(block)
-    fragment = yaml.safe_load(block.text)
-    merged = deep_merge(BASE_CONFIG, fragment)
+    merged = config_around(yaml.safe_load(block.text))
     (workdir / "config.yaml").write_text(yaml.safe_dump(merged))
     os.chdir(workdir)  # relative paths in the fragment are the page's working directory
     try:
         load_mmirage_config(str(workdir / "config.yaml"))
     finally:
         os.chdir(REPO)
+
+
+def config_around(fragment: dict[str, Any]) -> dict[str, Any]:
+    """The base config with ``fragment`` in it, the rest adjusted to fit: outputs for the
+    fragment's processors, processors for its outputs, a row schema for its outputs."""
+    merged = deep_merge(copy.deepcopy(BASE_CONFIG), fragment)
+    params = merged["processing_params"]
+    given = fragment.get("processing_params", {})
+    if "processors" in fragment and "outputs" not in given:
+        params["outputs"] = [
+            {
+                "name": f"out_{i}",
+                "type": processor["type"],
+                **({"processor": processor["name"]} if processor.get("name") else {}),
+                **({"prompt": "{{ review }}"} if processor["type"] in ("llm", "batch_api") else {}),
+            }
+            for i, processor in enumerate(merged["processors"])
+        ]
+    if "processors" not in fragment and "outputs" in given:
+        kinds = dict.fromkeys(output.get("type", "llm") for output in params["outputs"])
+        merged["processors"] = [BASE_PROCESSORS[kind] for kind in kinds]
+    if "output_schema" in given:  # the row's shape is the fragment's, not a merge with ours
+        params["output_schema"] = given["output_schema"]
+    else:
+        params["output_schema"] = {o["name"]: f"{{{{ {o['name']} }}}}" for o in params["outputs"]}
+    return merged
 
 
 def test_every_yaml_block_is_a_config_a_fragment_or_marked() -> None:
