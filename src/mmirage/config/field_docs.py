@@ -49,9 +49,9 @@ def _own_descriptions(klass: type) -> dict[str, str]:
     found: dict[str, str] = {}
     for statement, following in zip(node.body, node.body[1:], strict=False):
         name = _assigned_name(statement)
-        if name is not None and _is_string(following):
-            assert isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-            found[name] = inspect.cleandoc(following.value.value)
+        text = _string_literal(following)
+        if name is not None and text is not None:
+            found[name] = inspect.cleandoc(text)
     return found
 
 
@@ -67,12 +67,11 @@ def _assigned_name(statement: ast.stmt) -> str | None:
     return None
 
 
-def _is_string(statement: ast.stmt) -> bool:
-    return (
-        isinstance(statement, ast.Expr)
-        and isinstance(statement.value, ast.Constant)
-        and isinstance(statement.value.value, str)
-    )
+def _string_literal(statement: ast.stmt) -> str | None:
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+        value = statement.value.value
+        return value if isinstance(value, str) else None
+    return None
 
 
 def yaml_fields(cls: type) -> list[dataclasses.Field[Any]]:
