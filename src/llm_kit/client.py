@@ -44,6 +44,26 @@ class LLM(BatchAPI):
     server is asked for a ``response_model``'s JSON (``llm_kit.dialects``; ``auto``: learned
     from the server's refusals). Each call closes the connections it opened when it ends;
     ``async with LLM(...)`` or ``keep_open()`` keep them across calls.
+
+    Args:
+        model: the model to call (for ``local``, a ``.gguf`` path or any name for the default).
+        message_format: the provider: ``openai``, ``anthropic``, ``gemini``, ``local`` or one
+            registered in ``llm_kit.providers``.
+        base_url: another endpoint than the provider's (an OpenAI-compatible server, a gateway).
+        api_key: the key; ``None`` reads the provider's variable (``OPENAI_API_KEY`` ...).
+        temperature: sampling default for every request (as are the four below).
+        top_p: nucleus sampling.
+        max_tokens: the longest answer, in tokens.
+        seed: best-effort deterministic sampling.
+        stop: stop sequence(s).
+        sampling: more provider-specific sampling fields, sent as given.
+        config: concurrency, retries, timeouts and rate limits (``BatchConfig()`` if ``None``).
+        headers: extra HTTP headers for every request.
+        structured_output: the JSON dialect for a ``response_model`` (OpenAI-compatible only).
+
+    Raises:
+        ConfigError: an unknown ``message_format``, an empty ``model``, or no key
+            (``MissingAPIKeyError``) for a provider that needs one.
     """
 
     def __init__(
@@ -126,6 +146,7 @@ class LLM(BatchAPI):
         self._scope.hold()
 
     async def aclose(self) -> None:
+        """Close the connections held open by ``keep_open()``."""
         await self._scope.close()
 
     async def __aenter__(self) -> LLM:
@@ -144,7 +165,16 @@ class LLM(BatchAPI):
         response_model: type[BaseModel] | None = None,
         **sampling: Any,
     ) -> Any:
-        """One request with retries: the text, or the validated ``response_model`` instance."""
+        """One request with retries: the text, or the validated ``response_model`` instance.
+
+        Args:
+            messages: a prompt string, or the conversation (``Message``s or OpenAI-style dicts).
+            response_model: a Pydantic model the answer must be JSON of.
+            **sampling: overrides of the client's sampling for this request.
+
+        Raises:
+            CompletionError: the request failed; its ``result`` holds the error and its kind.
+        """
         if isinstance(messages, str):
             messages = [Message.user(messages)]
         conversation = [Message.coerce(m) for m in messages]
@@ -234,7 +264,12 @@ class LLM(BatchAPI):
     async def batch_stream(
         self, items: Items, *, progress: bool = False
     ) -> AsyncIterator[BatchResult]:
-        """Yield a BatchResult per item as each completes (completion order, not input order)."""
+        """Yield a BatchResult per item as each completes (completion order, not input order).
+
+        Args:
+            items: ``BatchItem``s, from a list, a generator or an async iterable.
+            progress: show a progress bar on stderr.
+        """
         # aclosing: a consumer that stops early closes the pool (and its connections) at once.
         async with aclosing(self._results(items, progress=progress)) as batches:
             async for batch in batches:
@@ -255,6 +290,9 @@ class LLM(BatchAPI):
         ``resume=True`` skips the ids the file already holds (the file is the checkpoint; a
         torn last line from a crash is cut first). ``retry_failed=True`` also runs again the
         items whose recorded error is retryable, and keeps only their newest line.
+
+        Raises:
+            ConfigError: ``path`` already holds results and neither flag was given.
         """
         out = Path(path)
         checkpoint = jsonl.Checkpoint()

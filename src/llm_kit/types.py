@@ -18,7 +18,10 @@ _ROLES = ("system", "user", "assistant")
 
 @dataclass(slots=True, frozen=True)
 class TextPart:
+    """A piece of text in a message's content."""
+
     text: str
+    """The text."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -30,9 +33,17 @@ class ImagePart:
     """
 
     url: str
+    """An http(s) URL (sent as is), a `data:` URL, or a local path (read and encoded when the
+    request is built)."""
     detail: str | None = None
+    """OpenAI's image detail (`low`, `high`, `auto`); `None` leaves the provider's default."""
 
     def resolved_url(self) -> str:
+        """The URL to send: a local path becomes a `data:` URL.
+
+        Raises:
+            ItemError: the file cannot be read or is not an image.
+        """
         return resolve_image_url(self.url)
 
 
@@ -41,11 +52,24 @@ Part = TextPart | ImagePart
 
 @dataclass(slots=True, frozen=True)
 class Message:
+    """One turn of a conversation: who speaks and what (text and images)."""
+
     role: Role
+    """`system`, `user` or `assistant`."""
     content: tuple[Part, ...]
+    """The parts, in order: `TextPart`s and `ImagePart`s."""
 
     @classmethod
     def user(cls, text: str = "", image_urls: Iterable[str] | None = None) -> Message:
+        """A user message: the images first, then the text.
+
+        Args:
+            text: the text; may be empty when there are images.
+            image_urls: http(s) URLs, data URLs or local paths.
+
+        Raises:
+            ConfigError: neither text nor an image was given.
+        """
         parts: list[Part] = [ImagePart(str(url)) for url in image_urls or ()]
         if text:
             parts.append(TextPart(text))
@@ -55,10 +79,12 @@ class Message:
 
     @classmethod
     def system(cls, text: str) -> Message:
+        """A system message (instructions) of plain text."""
         return cls("system", (TextPart(text),))
 
     @classmethod
     def assistant(cls, text: str) -> Message:
+        """An assistant message of plain text (an earlier answer, or a few-shot example)."""
         return cls("assistant", (TextPart(text),))
 
     @property
@@ -106,18 +132,21 @@ def _coerce_part(part: Any) -> Part:
 
 @dataclass(slots=True)
 class BatchItem:
-    """One request of a batch: an id, the conversation, and optionally a Pydantic schema.
-
-    ``sampling`` overrides the client's sampling defaults for this item only
-    (e.g. ``{"max_tokens": 64}``). ``metadata`` travels to the result untouched and must be
-    JSON-serialisable.
-    """
+    """One request of a batch: an id, the conversation, and optionally a Pydantic schema."""
 
     id: str
+    """Names the item in its result and in a resumed output file; unique within a batch. An
+    `int` is turned into a `str`."""
     messages: list[Message]
+    """The conversation: `Message`s, or OpenAI-style dicts `{"role", "content"}`."""
     response_model: type[BaseModel] | None = None
+    """A Pydantic model the answer must be JSON of; the result's `response` is then an
+    instance. `None`: plain text."""
     metadata: dict[str, Any] = field(default_factory=dict)
+    """Travels to the result untouched; must be JSON-serialisable."""
     sampling: dict[str, Any] | None = None
+    """Overrides the client's sampling defaults for this item only (e.g.
+    `{"max_tokens": 64}`)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.id, int) and not isinstance(self.id, bool):
@@ -150,35 +179,48 @@ class BatchItem:
 
 @dataclass(slots=True)
 class Usage:
+    """Tokens a request used, as the provider reported them."""
+
     input_tokens: int = 0
+    """Prompt tokens."""
     output_tokens: int = 0
+    """Generated tokens."""
 
     @property
     def total_tokens(self) -> int:
+        """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
 
 
 @dataclass(slots=True)
 class BatchResult:
-    """The outcome of one item: ``ok`` with a ``response``, or not ok with an ``error``.
-
-    ``response`` is the text, or the validated ``response_model`` instance when the item had
-    one. ``error_kind`` names the failure (``rate_limit``, ``http_400``, ``validation`` ...) and
-    ``retryable`` says whether running the item again may succeed.
-    """
+    """The outcome of one item: ``ok`` with a ``response``, or not ok with an ``error``."""
 
     id: str
+    """The item's id."""
     ok: bool
+    """Whether the item succeeded."""
     response: Any = None
+    """The text, or the validated `response_model` instance when the item had one (a plain
+    dict once read back from JSON). `None` when not ok."""
     error: str | None = None
+    """Why the item failed, one sentence; `None` when ok."""
     usage: Usage | None = None
+    """Tokens used, all attempts together; `None` when the provider reported none."""
     metadata: dict[str, Any] = field(default_factory=dict)
+    """The item's metadata, untouched."""
     error_kind: str | None = None
+    """Names the failure: `rate_limit`, `http_400`, `validation`, `refusal`, `invalid_item`,
+    `expired` ..."""
     retryable: bool = False
+    """Whether running the item again may succeed."""
     attempts: int = 1
+    """Requests made for the item (retries included)."""
     finish_reason: str | None = None
+    """Why generation stopped, in the provider's words (`stop`, `length`, `end_turn` ...)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as one JSON-ready dict (the line `batch_to_jsonl` writes)."""
         response = self.response
         if isinstance(response, BaseModel):
             response = response.model_dump(mode="json")
@@ -203,6 +245,7 @@ class BatchResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BatchResult:
+        """A result from a `to_dict` dict (a line of a results file); `response` stays JSON."""
         usage = data.get("usage")
         return cls(
             id=data["id"],
@@ -221,31 +264,38 @@ class BatchResult:
 class BatchConfig(BaseModel):
     """How the live pipeline runs. Memory is O(worker_concurrency + input_buffer_size)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # The attribute docstrings below are also the fields' pydantic descriptions.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    worker_concurrency: int = Field(64, ge=1, description="requests in flight at once")
-    input_buffer_size: int = Field(
-        1024, ge=1, description="items of an async iterable read ahead of the workers"
-    )
-    on_failure: Literal["record", "raise"] = Field(
-        "record", description="record: a failed item becomes BatchResult(error=...); raise: stop"
-    )
-    max_retries: int = Field(6, ge=0, description="retries of a retryable failure per item")
-    retry_base_delay: float = Field(0.5, gt=0, description="first backoff, seconds")
-    retry_max_delay: float = Field(60.0, gt=0, description="longest backoff or server wait")
-    validation_retries: int = Field(
-        2, ge=0, description="new attempts when the answer fails response_model validation"
-    )
-    request_timeout: float = Field(120.0, gt=0, description="seconds for one attempt")
-    connect_timeout: float = Field(10.0, gt=0, description="seconds to open a connection")
-    rpm: int | None = Field(None, ge=1, description="requests per minute budget")
-    tpm: int | None = Field(None, ge=1, description="tokens per minute budget")
-    batch_max_requests: int | None = Field(
-        None, ge=1, description="provider batch API: requests per batch (None: the provider's cap)"
-    )
-    batch_max_bytes: int | None = Field(
-        None, ge=1024, description="provider batch API: bytes per batch (None: the provider's cap)"
-    )
+    worker_concurrency: int = Field(64, ge=1)
+    """Requests in flight at once (also the connection pool's size)."""
+    input_buffer_size: int = Field(1024, ge=1)
+    """Items of an async iterable read ahead of the workers."""
+    on_failure: Literal["record", "raise"] = Field("record")
+    """`record`: a failed item becomes `BatchResult(error=...)` and the batch goes on;
+    `raise`: the first failure stops the batch with `BatchItemFailed`."""
+    max_retries: int = Field(6, ge=0)
+    """Retries of a retryable failure (rate limit, timeout, 5xx) per item."""
+    retry_base_delay: float = Field(0.5, gt=0)
+    """The first backoff, in seconds; it grows exponentially with jitter."""
+    retry_max_delay: float = Field(60.0, gt=0)
+    """The longest backoff or server-requested wait, in seconds; at least `retry_base_delay`."""
+    validation_retries: int = Field(2, ge=0)
+    """New attempts when the answer fails `response_model` validation."""
+    request_timeout: float = Field(120.0, gt=0)
+    """Seconds one attempt may take."""
+    connect_timeout: float = Field(10.0, gt=0)
+    """Seconds to open a connection."""
+    rpm: int | None = Field(None, ge=1)
+    """Requests per minute budget; `None`: no limit beyond the provider's 429s."""
+    tpm: int | None = Field(None, ge=1)
+    """Tokens per minute budget (estimated before a request, settled after); `None`: no
+    limit."""
+    batch_max_requests: int | None = Field(None, ge=1)
+    """Provider batch API: requests per batch, at most the provider's cap (`None`: the cap)."""
+    batch_max_bytes: int | None = Field(None, ge=1024)
+    """Provider batch API: bytes of a batch's uploaded JSONL, at most the provider's cap
+    (`None`: the cap)."""
 
     @model_validator(mode="after")
     def _check_delays(self) -> BatchConfig:

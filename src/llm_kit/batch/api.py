@@ -95,6 +95,15 @@ class BatchAPI:
 
         If a creation fails after others succeeded, ``BatchSubmitError.job`` holds the batches
         the provider has: save it; ``resubmit_failed`` sends the items left out.
+
+        Args:
+            items: the ``BatchItem``s (a sync iterable).
+            spool_dir: where the request files are written and kept for resubmission
+                (``None``: a new folder under ``$LLM_KIT_CACHE_DIR/batches``, by default
+                ``~/.cache/llm_kit/batches``).
+
+        Returns:
+            The job handle: ``save`` it to poll and fetch from another process.
         """
         backend = self._batch_backend()
         directory = Path(spool_dir) if spool_dir else default_spool_dir(backend.name)
@@ -156,7 +165,11 @@ class BatchAPI:
         self, job: BatchJob, items: Items | None = None
     ) -> AsyncGenerator[BatchResult, None]:
         """One BatchResult per item, validated against each item's response_model when the
-        items are given again (a Python type cannot live in the job file)."""
+        items are given again (a Python type cannot live in the job file).
+
+        Raises:
+            BatchNotFinishedError: some of the job's batches are still running.
+        """
         models = runner.models_of(items)
         async for result in runner.fetch(self._check_job(job), job, models):
             yield result
@@ -183,7 +196,14 @@ class BatchAPI:
         from the job's spool files, or from ``items`` when given (then answers that failed
         their response_model count as failures too). ``on_created`` runs before and after each
         new batch (to save the handle). Batches an interrupted creation left at the provider
-        (``job.intents``) are found and adopted first, never paid for twice."""
+        (``job.intents``) are found and adopted first, never paid for twice.
+
+        Args:
+            job: the job to complete; its new batches are added to it.
+            items: the original items, to rebuild requests from and validate against.
+            kinds: resubmit only failures of these ``error_kind``s.
+            on_created: called before and after each new batch is created.
+        """
         backend = self._check_job(job)
         if job.intents:
             await runner.adopt_orphans(backend, job)
@@ -234,6 +254,14 @@ class BatchAPI:
         ``batch_to_jsonl(resume=True)``; with ``retry_failed=True`` items recorded there with a
         retryable error are sent again too, and failures are resubmitted (up to
         ``max_rounds``) before the results are written.
+
+        Args:
+            items: the ``BatchItem``s (a sync iterable).
+            path: the JSONL results file.
+            poll_interval: seconds between status polls.
+            retry_failed: resend retryable failures, in up to ``max_rounds`` rounds.
+            max_rounds: the most resubmission rounds with ``retry_failed``.
+            progress: show a progress bar on stderr.
         """
         if not isinstance(items, Iterable):
             raise ConfigError("run_batch_api needs a (sync) iterable of BatchItem")

@@ -30,9 +30,17 @@ _ORDER = (JobState.PENDING, JobState.IN_PROGRESS, JobState.FINALIZING, JobState.
 
 @dataclass
 class BatchJobStatus:
+    """What ``poll_batch`` answers: the job's state, its requests' counts, each batch's state.
+    ``str(status)`` is a one-line summary."""
+
     state: JobState
+    """The job's state: the least advanced of its running batches; once all have ended, the
+    most telling outcome (`canceled`, `expired`, `failed`, then `completed`)."""
     counts: BatchCounts
-    batches: list[tuple[str, JobState]] = field(default_factory=list)  # (batch id, state)
+    """The requests' counts over every batch, items rejected before upload counted as
+    errored."""
+    batches: list[tuple[str, JobState]] = field(default_factory=list)
+    """`(provider batch id, state)` of each batch."""
 
     def __str__(self) -> str:
         c = self.counts
@@ -62,26 +70,40 @@ class Intent:
 class BatchJob:
     """A provider batch job: what was submitted, where, and what came of it so far.
 
-    ``item_ids[n]`` is the item behind custom_id ``str(n)``; ``metadata`` maps a position to the
-    item's metadata (only items that had some). ``rejected`` holds items that could not become
-    a request at all (an unreadable image, say), with the reason: they are never uploaded.
+    Made by ``LLM.submit_batch``; ``save`` and ``load`` carry it to another process.
     """
 
     provider: str
+    """The provider (`openai`, `anthropic`, `gemini` ...), as `message_format` names it."""
     model: str
+    """The model the requests name."""
     endpoint: str
+    """The provider endpoint the requests target (e.g. `/v1/chat/completions`)."""
     base_url: str
+    """The API's base URL (saved without credentials or query)."""
     item_ids: list[str]
+    """The manifest: `item_ids[n]` is the item behind custom_id `str(n)`."""
     metadata: dict[int, Any] = field(default_factory=dict)
+    """Manifest position to the item's metadata (only items that had some); restored on the
+    results."""
     rejected: dict[int, str] = field(default_factory=dict)
+    """Items that could not become a request at all (an unreadable image, say), with the
+    reason: they are never uploaded and come back as failed results."""
     batches: list[ProviderBatch] = field(default_factory=list)
-    spool_dir: str | None = None  # where the request lines were written, for resubmission
+    """The provider batches, resubmissions included."""
+    spool_dir: str | None = None
+    """Where the request lines were written, for resubmission."""
     created_at: float = field(default_factory=time.time)
+    """When the job was made (Unix seconds)."""
     version: int = VERSION
-    intents: list[Intent] = field(default_factory=list)  # creations not answered yet
+    """The job file's format version."""
+    intents: list[Intent] = field(default_factory=list)
+    """Batch creations that started and were not answered yet: a later call finds those
+    batches at the provider instead of paying for them again."""
 
     @property
     def batch_ids(self) -> list[str]:
+        """The provider batch ids, in creation order."""
         return [b.id for b in self.batches]
 
     def status(self) -> BatchJobStatus:
@@ -118,6 +140,12 @@ class BatchJob:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BatchJob:
+        """Read a handle that ``save`` wrote.
+
+        Raises:
+            ConfigError: the file is missing, is not a job file, is damaged, or was written by
+                a newer llm_kit.
+        """
         source = Path(path)
         try:
             data = orjson.loads(source.read_bytes())

@@ -5,9 +5,12 @@ from __future__ import annotations
 import click
 
 
-def _rate(name: str, what: str) -> click.Option:
+def _rate(name: str, what: str, default: str = "0") -> click.Option:
     return click.Option(
-        [f"--{name}"], type=click.FloatRange(0.0, 1.0), default=None, help=f"Share of {what}."
+        [f"--{name}"],
+        type=click.FloatRange(0.0, 1.0),
+        default=None,
+        help=f"Share of {what} [default: {default}].",
     )
 
 
@@ -33,25 +36,28 @@ _EMULATE_FAULT_OPTIONS = [
     help="Port to listen on (0: a free one).",
 )
 @click.option(
-    "--latency", type=click.FloatRange(min=0), default=None, help="Seconds added to every answer."
+    "--latency",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds added to every answer [default: 0].",
 )
 @click.option(
     "--latency-jitter",
     type=click.FloatRange(min=0),
     default=None,
-    help="Up to this many extra seconds, at random.",
+    help="Up to this many extra seconds, at random [default: 0].",
 )
 @click.option(
     "--rpm",
     type=click.IntRange(min=1),
     default=None,
-    help="Requests per minute per provider; 429 beyond.",
+    help="Requests per minute per provider; 429 beyond [default: no limit].",
 )
 @click.option(
     "--tpm",
     type=click.IntRange(min=1),
     default=None,
-    help="Tokens per minute per provider; 429 beyond.",
+    help="Tokens per minute per provider; 429 beyond [default: no limit].",
 )
 @click.option(
     "--hang-seconds",
@@ -80,7 +86,12 @@ _EMULATE_FAULT_OPTIONS = [
     help="The OpenAI-compatible server whose structured-output forms the chat endpoint takes "
     "[default: openai]; the others are refused as that server does.",
 )
-@click.option("--seed", type=int, default=None, help="Seed of the fault and jitter draws.")
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed of the fault and jitter draws [default: new draws each start].",
+)
 @click.option(
     "--record-times",
     is_flag=True,
@@ -122,7 +133,7 @@ _EMULATE_BATCH_OPTIONS = [
     ),
     _rate("batch-failure-rate", "batch jobs that fail as a whole"),
     _rate("batch-expire-rate", "batch jobs that expire"),
-    _rate("batch-expire-done-fraction", "an expiring job's requests that still succeed [0.5]"),
+    _rate("batch-expire-done-fraction", "an expiring job's requests that still succeed", "0.5"),
     _rate("batch-item-error-rate", "batch requests that fail one by one"),
     click.Option(
         ["--batch-create-delay-s"],

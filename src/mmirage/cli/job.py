@@ -63,7 +63,10 @@ def job() -> None:
 @job.command()
 @click.argument("job_file", type=JOB_FILE)
 def status(job_file: Path) -> None:
-    """Ask the provider how the job is doing (and update the job file)."""
+    """Ask the provider how the job is doing (and update the job file).
+
+    JOB_FILE is the job's handle, written by BatchJob.save().
+    """
 
     async def work() -> None:
         handle = _load(job_file)
@@ -93,7 +96,12 @@ def status(job_file: Path) -> None:
     help="Seconds between polls with --wait.",
 )
 def fetch(job_file: Path, output: Path, wait: bool, poll_interval: float) -> None:
-    """Write one result line per item; exit 1 if some items failed."""
+    """Write one result line per item; exit 1 if some items failed.
+
+    Refuses while some of its batches are still running, unless --wait.
+
+    JOB_FILE is the job's handle, written by BatchJob.save().
+    """
 
     async def work() -> tuple[int, int]:
         handle = _load(job_file)
@@ -116,7 +124,10 @@ def fetch(job_file: Path, output: Path, wait: bool, poll_interval: float) -> Non
 @job.command()
 @click.argument("job_file", type=JOB_FILE)
 def cancel(job_file: Path) -> None:
-    """Stop every running batch of the job; finished requests stay fetchable."""
+    """Stop every running batch of the job; finished requests stay fetchable.
+
+    JOB_FILE is the job's handle, written by BatchJob.save().
+    """
 
     async def work() -> None:
         handle = _load(job_file)
@@ -131,7 +142,10 @@ def cancel(job_file: Path) -> None:
 @job.command()
 @click.argument("job_file", type=JOB_FILE)
 def resubmit(job_file: Path) -> None:
-    """Send again every item that failed for a retryable reason, as new batches of the job."""
+    """Send again every item that failed for a retryable reason, as new batches of the job.
+
+    JOB_FILE is the job's handle, written by BatchJob.save().
+    """
 
     async def work() -> int:
         handle = _load(job_file)

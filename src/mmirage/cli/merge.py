@@ -44,6 +44,7 @@ _FORMAT_HELP = "hf: a datasets save_to_disk directory (the original's format), o
     "--metadata-path",
     "metadata_paths",
     multiple=True,
+    metavar="PATH",
     help="batch_api configs: a receipt file to read (repeatable) [default: the config's].",
 )
 @click.option("--wait", is_flag=True, help="batch_api configs: wait until every batch ends.")
@@ -62,6 +63,8 @@ def merge(
     Refuses a dataset with missing shards (exit 1) unless --allow-partial. With a batch_api
     processor: fetch the finished batches and rebuild the rows into --output-path (one ordered
     JSONL file), reporting what succeeded, failed, expired or is still running.
+
+    CONFIG is the pipeline's YAML file (or give it as --config CONFIG).
     """
     from mmirage.cli.results import MergeRequest, results_for
 
@@ -113,7 +116,10 @@ def merge_dir_command(
 @click.command("stats")
 @config_params
 def stats(config: Path | None, config_option: Path | None) -> None:
-    """Print the shards' statistics as JSON: per shard, then aggregated."""
+    """Print the shards' statistics as JSON: per shard, then aggregated.
+
+    CONFIG is the pipeline's YAML file (or give it as --config CONFIG).
+    """
     from mmirage.core.merge.shards import stats_report
 
     with exit_on_errors():

@@ -15,7 +15,12 @@ from mmirage.cli.run import RUN_ID_OPTION, new_run_id
 
 @click.command("retry")
 @config_params
-@click.option("--shard-id", type=click.IntRange(min=0), default=None, help="Retry only this shard.")
+@click.option(
+    "--shard-id",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Retry only this shard [default: every shard that did not succeed].",
+)
 @click.option("--stats", is_flag=True, help="Add the retried shards' statistics to the JSON.")
 @click.option("-y", "--yes", is_flag=True, help="slurm mode: resubmit without asking.")
 @click.option(
@@ -41,6 +46,8 @@ def retry(
     attempts); succeeded shards are skipped. Prints the summary JSON; exits 0 only when every
     shard has succeeded. With a batch_api processor, then resubmits the requests that failed,
     expired, were canceled or are missing from ended batches (a later merge takes them).
+
+    CONFIG is the pipeline's YAML file (or give it as --config CONFIG).
     """
     from mmirage.cli.results import results_for
     from mmirage.errors import UserError
@@ -67,6 +74,7 @@ def retry(
     "--metadata-path",
     "metadata_paths",
     multiple=True,
+    metavar="PATH",
     help="batch_api configs: a receipt file to check (repeatable) [default: the config's].",
 )
 @click.option("--wait", is_flag=True, help="batch_api configs: poll until every batch has ended.")
@@ -102,6 +110,8 @@ def check(
 
     With a batch_api processor: the provider status of every submitted batch instead, then
     the summary per provider; exit 1 only when a batch failed at the provider.
+
+    CONFIG is the pipeline's YAML file (or give it as --config CONFIG).
     """
     from mmirage.cli.results import CheckRequest, results_for
     from mmirage.executors.registry import executor_for

@@ -33,7 +33,12 @@ def new_run_id(given: str | None) -> str:
 
 @click.command("run")
 @config_params
-@click.option("--shard-id", type=click.IntRange(min=0), default=None, help="Run only this shard.")
+@click.option(
+    "--shard-id",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Run only this shard [default: loading_params.shard_id, else every shard].",
+)
 @click.option(
     "--force-retry",
     is_flag=True,
@@ -87,6 +92,8 @@ def run(
     checkpoint. With execution_params.retry (or --force-retry) a failed shard is retried up to
     max_retries times. In mode: slurm the unfinished shards are submitted and the job id is
     printed alone on stdout; --wait (or retry/merge: true) follows the array to its end.
+
+    CONFIG is the pipeline's YAML file (or give it as --config CONFIG).
     """
     from mmirage.cli.results import results_for
     from mmirage.errors import UserError

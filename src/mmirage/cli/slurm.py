@@ -29,7 +29,11 @@ def _shard_ids(value: str | None, num_shards: int) -> list[int] | None:
 
 @click.command("submit")
 @config_params
-@click.option("--shard-ids", default=None, help="Submit only these shards, e.g. 0,2,3.")
+@click.option(
+    "--shard-ids",
+    default=None,
+    help="Submit only these shards, e.g. 0,2,3 [default: every unfinished shard].",
+)
 @click.option("--wait", is_flag=True, help="Follow the array to its end (and retry, merge).")
 @click.option(
     "--print-script", is_flag=True, help="Print the job script that would run; submit nothing."
@@ -45,6 +49,8 @@ def submit(
 
     JOB_ID=$(mmirage submit c.yaml) works: the job id is alone on stdout. Finished shards are
     never resubmitted.
+
+    CONFIG is the pipeline's YAML file (or give it as --config CONFIG).
     """
     from mmirage.cli.results import results_for
     from mmirage.cli.run import new_run_id

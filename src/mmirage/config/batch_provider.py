@@ -41,19 +41,32 @@ def _non_empty(name: str, value: str) -> None:
 
 @dataclass
 class BatchProviderConfig:
-    """Fields shared by every provider of the ``batch_api`` processor."""
+    """Fields shared by every provider of the ``batch_api`` processor, written inline in its
+    ``processors[]`` entry. A custom provider's config subclasses it."""
 
     # Unknown keys are errors, also in user subclasses (pydantic reads this attribute).
     __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     provider: str
+    """Provider identifier: `openai`, `anthropic`, `gemini` or a registered custom provider
+    (any case). It selects the adapter and which provider-specific fields are accepted."""
     max_chunk_bytes: int = 52_428_800
+    """Maximum JSONL file size per batch upload, in bytes (default 50 MB). Local images are
+    base64-encoded into the requests and count towards it."""
     max_requests_per_chunk: int | None = None
+    """Optional hard cap on the number of requests in a chunk (one provider batch). Unset:
+    chunks are bounded by `max_chunk_bytes` only."""
     metadata_output_path: str = ""
+    """Base path for batch job metadata receipt files. Suffixes like `.text.<run_id>.jsonl` and
+    `.multimodal.<run_id>.jsonl` will be appended. Empty: `batch_metadata` in the pipeline's
+    state folder."""
     oversized_request_policy: str = "isolate"
-    # USD per million tokens at batch prices, {"input": x, "output": y}: for cost reports when
-    # the model is missing from the built-in table (or its price changed).
+    """Policy for requests exceeding `max_chunk_bytes`: `isolate` (dedicated chunk) or
+    `reject` (fail fast)."""
     price_per_mtok: dict[str, float] | None = None
+    """USD per million tokens at batch prices, `{input: x, output: y}`, for the cost reports
+    when the model is missing from the built-in price table (or its price changed). Unset: the
+    built-in table."""
 
     def __post_init__(self) -> None:
         self.provider = self.provider.strip().lower()
@@ -81,20 +94,34 @@ class BatchProviderConfig:
 
 @dataclass
 class OpenAIBatchConfig(BatchProviderConfig):
-    """``provider: openai`` — the Files + Batches API (and compatible gateways via base_url)."""
+    """``provider: openai`` — the Files + Batches API (and compatible gateways via base_url).
+    Key: ``OPENAI_API_KEY``."""
 
     provider: str = "openai"
+    """`openai`."""
     model: str = "gpt-4.1-mini"
+    """Model name for chat completion requests."""
     batch_endpoint: str = "/v1/chat/completions"
+    """Target endpoint used by OpenAI batch jobs (must start with `/`)."""
     completion_window: str = "24h"
+    """OpenAI batch completion window (only `24h` is supported)."""
     base_url: str | None = None
+    """Optional base URL, useful for API-compatible gateways. Unset:
+    `https://api.openai.com/v1`."""
     metadata: dict[str, str] = field(default_factory=dict)
-    # Sampling; unset fields leave the provider's defaults.
+    """Key-value pairs sent on batch creation (each batch also gets its `chunk_id`)."""
     temperature: float | None = None
+    """Sampling temperature, in [0, 2]. Unset: the provider's default."""
     top_p: float | None = None
+    """Nucleus sampling probability, in (0, 1]. Unset: the provider's default."""
     max_tokens: int | None = None
+    """Maximum tokens for the generated response. Same limit as `max_completion_tokens`: set
+    only one. Unset: the provider's default."""
     max_completion_tokens: int | None = None
+    """Maximum tokens for the generated response, under OpenAI's newer name for it. Same limit
+    as `max_tokens`: set only one."""
     seed: int | None = None
+    """Seed for best-effort deterministic sampling. Unset: none sent."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -118,15 +145,23 @@ class OpenAIBatchConfig(BatchProviderConfig):
 
 @dataclass
 class AnthropicBatchConfig(BatchProviderConfig):
-    """``provider: anthropic`` — Message Batches."""
+    """``provider: anthropic`` — Message Batches. Key: ``ANTHROPIC_API_KEY``."""
 
     provider: str = "anthropic"
+    """`anthropic`."""
     model: str = "claude-haiku-4-5"
+    """Model name used in each Messages request body."""
     max_tokens: int = 8192
+    """Maximum tokens for the generated response."""
     temperature: float | None = None
+    """Sampling temperature, in [0, 1]. Mutually exclusive with `top_p`."""
     top_p: float | None = None
+    """Nucleus sampling probability, in (0, 1]. Mutually exclusive with `temperature`."""
     base_url: str | None = None
+    """Optional base URL, useful for API-compatible gateways."""
     timeout_seconds: float | None = None
+    """Optional request timeout, in seconds, for each call to the provider (uploads and result
+    downloads included). Unset: llm_kit's defaults."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -143,17 +178,28 @@ class AnthropicBatchConfig(BatchProviderConfig):
 
 @dataclass
 class GeminiBatchConfig(BatchProviderConfig):
-    """``provider: gemini`` — Gemini Batch Mode (``batchGenerateContent``)."""
+    """``provider: gemini`` — Gemini Batch Mode (``batchGenerateContent``). Key:
+    ``GEMINI_API_KEY``."""
 
     provider: str = "gemini"
+    """`gemini`."""
     model: str = "gemini-2.5-flash"
+    """Model name the batch is created for."""
     base_url: str | None = None
+    """Optional base URL, useful for API-compatible gateways."""
     temperature: float | None = None
+    """Sampling temperature, in [0, 2]. Unset: the provider's default."""
     top_p: float | None = None
+    """Nucleus sampling probability, in (0, 1]. Unset: the provider's default."""
     top_k: int | None = None
+    """Sample only from the `top_k` most likely tokens (>= 1). Unset: the provider's default."""
     max_output_tokens: int | None = None
+    """Maximum tokens for the generated response. Unset: the provider's default."""
     seed: int | None = None
+    """Seed for best-effort deterministic sampling. Unset: none sent."""
     timeout_seconds: float | None = None
+    """Optional request timeout, in seconds, for each call to the provider (uploads and result
+    downloads included). Unset: llm_kit's defaults."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

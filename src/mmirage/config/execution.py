@@ -41,37 +41,77 @@ _SCRIPT_FIELDS = (
 
 @dataclass
 class ExecutionParams:
+    """``execution_params``: where the shards run (here or as a SLURM array), how failed shards
+    are retried, whether the results are merged, and the SLURM job's settings."""
+
     mode: Literal["local", "slurm"] = "local"
+    """`local`: `mmirage run` runs the shards on this machine; `slurm`: it submits them as one
+    SLURM array (one task per shard) and prints the job id."""
     retry: bool = False
+    """Retry a failed shard up to `max_retries` times within `mmirage run` (in slurm mode:
+    follow the array and resubmit failed shards)."""
     merge: bool = False
+    """Once every shard has succeeded, merge each dataset's shards into `<output_dir>/merged`,
+    as `mmirage merge` would (in slurm mode, `mmirage run` then follows the array)."""
     max_retries: NonNegativeInt = 3
+    """Retries a shard gets after its first attempt, in all (`run`, `retry` and resubmissions
+    together; counted in its `status.json`)."""
     poll_interval_seconds: PositiveFloat = 30
+    """Seconds between polls when following a SLURM array (`squeue`) or waiting for provider
+    batches (`check --wait`, `merge --wait`)."""
     settle_time_seconds: NonNegativeFloat = 60
+    """Slurm mode: seconds to wait after the array's tasks leave the queue, for their last
+    status writes to reach a shared filesystem."""
     project_root: OptionalPathStr = None
+    """Slurm mode: the tasks' working directory (`--chdir`), against which a relative
+    `report_dir` is resolved. Unset: where the job was submitted from."""
     report_dir: PathStr = "~/reports"
+    """Slurm mode: where the tasks' logs go, `R-<job_name>.<job id>_<task>.out` / `.err`
+    (relative to `project_root`)."""
     hf_home: PathStr = "~/hf"
+    """Slurm mode: exported as `HF_HOME` in every task (the Hugging Face cache)."""
     edf_env: OptionalPathStr = None
+    """Slurm mode: an EDF environment file (CSCS/Pyxis); the task then runs under
+    `srun --environment=<edf_env>`. Must exist when set; empty means unset."""
     account: str | None = None
+    """The SLURM account (`--account`); required in slurm mode."""
     job_name: NonEmptyStr = "mmirage-sharded"
+    """The SLURM job name (`--job-name`), also in the log file names."""
     reservation: str | None = None
+    """A SLURM reservation (`--reservation`). Unset or empty: none."""
     nodes: PositiveInt = 1
+    """Nodes per task (`--nodes`); must be 1: each array task runs one shard on one node (raise
+    `loading_params.num_shards` to use more nodes)."""
     ntasks_per_node: PositiveInt = 1
+    """`--ntasks-per-node`; must be 1, for the same reason as `nodes`."""
     gpus: NonNegativeInt = 4
+    """GPUs per task (`--gres=gpu:N`); 0 writes no `--gres` line."""
     cpus_per_task: PositiveInt = 288
+    """CPUs per task (`--cpus-per-task`)."""
     time_limit: str = "11:59:59"
+    """Each task's time limit (`--time`), a SLURM time such as `HH:MM:SS` or `D-HH:MM:SS`."""
     partition: str | None = None
+    """The SLURM partition (`--partition`). Unset: the cluster's default."""
     qos: str | None = None
-    mem: str | None = None  # sbatch --mem, e.g. 64G
+    """The SLURM quality of service (`--qos`). Unset: the default."""
+    mem: str | None = None
+    """Memory per node (`sbatch --mem`), e.g. `64G`. Unset: the cluster's default."""
     constraint: str | None = None
-    max_concurrent_tasks: PositiveInt | None = None  # the array's %N throttle
-    sbatch_args: list[str] = field(default_factory=list)  # passed to sbatch as written
-    setup: list[str] = field(default_factory=list)  # shell lines run first in each task
-    # A task about to hit its time limit gets SIGTERM this long before: it checkpoints, records
-    # "time limit" and exits, and its retry resumes from the checkpoint.
+    """Node features the tasks need (`--constraint`)."""
+    max_concurrent_tasks: PositiveInt | None = None
+    """At most this many tasks of the array run at once (the array's `%N` throttle). Unset: no
+    throttle."""
+    sbatch_args: list[str] = field(default_factory=list)
+    """More `#SBATCH` options, passed to sbatch as written (e.g. `--exclusive`)."""
+    setup: list[str] = field(default_factory=list)
+    """Shell lines each task runs first (e.g. `module load ...`, activating a virtual
+    environment); one line per entry."""
     signal_grace_seconds: PositiveInt = 120
-    # New: how many shards ``mmirage run`` runs at once in local mode (each in its own process).
-    # The original ran them one after another; 1 keeps that.
+    """Slurm mode: a task about to hit its time limit gets SIGTERM this many seconds before; it
+    checkpoints, records "time limit" and exits, and its retry resumes from the checkpoint."""
     local_parallel_shards: PositiveInt = 1
+    """Local mode: how many shards `mmirage run` runs at once, each in its own process; 1 runs
+    them one after another."""
 
     def __post_init__(self) -> None:
         # Defaults are written with "~" too; expand them like user values.

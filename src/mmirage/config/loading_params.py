@@ -26,12 +26,21 @@ def _lower(value: object) -> object:
 
 @dataclass
 class DatasetConfig:
-    """One input dataset. ``path`` is a file/directory, or ``{split: path}`` for JSONL splits."""
+    """One entry of ``loading_params.datasets``: an input dataset and where its results go."""
 
     path: str | dict[str, str]
+    """The input: a file or directory, or for `JSONL` a `{split: path}` mapping."""
     type: Annotated[Literal["JSONL", "loadable", "parquet"], BeforeValidator(_dataset_type)]
+    """The input's format (any case): `JSONL` (one JSON object per line), `parquet` (a file or
+    a directory of `.parquet` files) or `loadable` (a directory written by the `datasets`
+    library's `save_to_disk`)."""
     output_dir: PathStr
+    """Where this dataset's shards are published (`<output_dir>/shard-<k>-of-<n>`) and merged
+    (`<output_dir>/merged`); each dataset needs its own."""
     image_base_path: OptionalPathStr = None
+    """The folder the rows' image paths are read from: a relative path is resolved against it
+    and must stay inside it (see `processing_params.allow_absolute_image_paths`). Unset: the
+    working directory."""
 
     def __post_init__(self) -> None:
         if isinstance(self.path, str) and not self.path.strip():
@@ -46,22 +55,35 @@ class DatasetConfig:
 
 @dataclass
 class LoadingParams:
-    """``state_dir`` defaults per config file (see ``reader.default_state_dir``); ``shard_id``
-    ``None`` means "the shard the CLI or executor chose" — a literal number pins it.
-    ``output_format`` defaults to HF directories, what existing readers of the outputs expect."""
+    """``loading_params``: which datasets are read, how they are cut into shards, and where the
+    pipeline keeps its state."""
 
     datasets: list[DatasetConfig] = field(default_factory=list)
+    """The input datasets (at least one); every shard takes its part of each."""
     state_dir: OptionalPathStr = None
+    """Where the pipeline keeps shard statuses, retry counts, checkpoints and (by default) batch
+    receipts. Unset: a folder of this config's own,
+    `$XDG_CACHE_HOME/mmirage/state/<config name>-<hash of its path>` (`~/.cache` without
+    `XDG_CACHE_HOME`)."""
     num_shards: PositiveInt = 1
+    """How many contiguous shards each dataset is cut into: the unit of parallelism, retry and
+    publication."""
     shard_id: NonNegativeInt | None = None
+    """Pin `mmirage run` to this shard (0 to `num_shards - 1`). Unset: every shard, or the one
+    `--shard-id` names."""
     batch_size: PositiveInt = 1
-    output_dir: str = ""  # legacy, unused: each dataset has its own output_dir
-    # How each published shard is written (the part files stay JSONL): "hf", the original's
-    # save_to_disk directory, loadable with datasets.load_from_disk; or one JSONL/Parquet file.
+    """Rows handed to the processors at a time (more when a processor asks for more to stay
+    busy); each group is checkpointed when it is done."""
+    output_dir: str = ""
+    """Unused, accepted so that the original MMIRAGE's configs load: each dataset has its own
+    `output_dir`."""
     output_format: Annotated[Literal["hf", "jsonl", "parquet"], BeforeValidator(_lower)] = "hf"
-    # A malformed input row (bad JSON line, not an object): "skip" publishes it as a failed
-    # row naming file and line, and goes on; "fail" stops the shard at the first one.
+    """How each published shard is written: `hf`, a `save_to_disk` directory readable with
+    `datasets.load_from_disk`; `jsonl` or `parquet`, one file."""
     on_bad_row: Annotated[Literal["skip", "fail"], BeforeValidator(_lower)] = "skip"
+    """What a malformed input row (a bad JSON line, a line that is not an object) does: `skip`
+    publishes it as a failed row naming file and line, and goes on; `fail` stops the shard at the
+    first one."""
 
     def __post_init__(self) -> None:
         if not self.datasets:

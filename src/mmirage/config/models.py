@@ -13,10 +13,17 @@ from mmirage.errors import MmirageError
 
 @dataclass
 class MMirageConfig:
+    """The whole YAML file: its four top-level sections."""
+
     processors: list[ProcessorConfig]
+    """What computes the outputs: one entry per processor, its `type` (`llm`, `batch_api`,
+    `custom`, or a plugin's) choosing its fields."""
     loading_params: LoadingParams
+    """The input datasets, their sharding, and the pipeline's state folder."""
     processing_params: ProcessingParams
+    """The per-row variables, the outputs computed from them, and the result rows' shape."""
     execution_params: ExecutionParams = field(default_factory=ExecutionParams)
+    """Where the shards run (locally or on SLURM), retries and merging. Optional."""
     # Where the config came from (absolute file path, or None for a dict); not a YAML key.
     config_path: str | None = field(default=None, metadata={"internal": True})
 

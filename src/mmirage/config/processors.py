@@ -33,13 +33,26 @@ def _default_tp_size() -> int:
 
 @dataclass
 class ServerArgs:
-    """Engine settings for a locally served model (SGLang-compatible names)."""
+    """``server_args`` of an ``llm`` processor: the SGLang or vLLM server each shard starts for
+    ``model_path`` (SGLang's argument names; vLLM gets the ones it has an equivalent for)."""
 
     model_path: str = "none"
+    """The model the shard serves (Hugging Face id or local directory). With neither `base_url`
+    nor `message_format` set, each shard starts an SGLang (else vLLM) server for it; `"none"`
+    starts nothing. Also the model name sent when `model` is unset."""
     tp_size: PositiveInt = field(default_factory=_default_tp_size)
+    """Tensor-parallel size of the launched server (GPUs per model copy). Default: the GPUs
+    SLURM gave the node (`SLURM_GPUS_ON_NODE`), else 1."""
     trust_remote_code: bool = True
+    """Let the launched server run the model repository's own code (`--trust-remote-code`)."""
     disable_custom_all_reduce: bool = False
+    """Pass `--disable-custom-all-reduce` to the launched server (a workaround for some
+    multi-GPU setups)."""
     extra_engine_args: dict[str, Any] = field(default_factory=dict)
+    """More server arguments by SGLang name (e.g. `mem_fraction_static: 0.8`), each given as
+    `--<name>`; they override the fields above. Under vLLM, names without an equivalent are
+    logged and ignored, as are the ones the launcher sets itself (`model_path`, `host`, `port`,
+    `api_key`, `served_model_name`)."""
 
 
 @dataclass
@@ -50,24 +63,53 @@ class LLMProcessorConfig:
     TYPE: ClassVar[str] = "llm"
 
     type: Literal["llm"] = "llm"
+    """`llm`: this processor computes the outputs of `type: llm`."""
     name: str | None = None
+    """Tells apart several `llm` processors; an output picks one with `processor: <name>`.
+    Optional when there is only one."""
     server_args: ServerArgs = field(default_factory=ServerArgs)
+    """The server each shard starts for a local model (used only when `server_args.model_path`
+    is set and neither `base_url` nor `message_format` is)."""
     default_sampling_params: dict[str, Any] = field(default_factory=dict)
+    """Sampling for every request (SGLang names): `temperature`, `top_p`, `max_tokens` (or
+    `max_new_tokens`), `seed`, `stop`; any other key is sent in the request body as is. Empty:
+    the model's defaults."""
     chat_template: str = ""
-    # Our additions: where and how to call the model.
+    """Accepted so that the original MMIRAGE's configs load, and not used: the server applies its
+    own chat template. Give a launched server another with
+    `server_args.extra_engine_args: {chat_template: ...}`."""
     model: str | None = None
+    """The model name sent with each request (for `message_format: local`, a `.gguf` path or
+    unset for the embedded default). Unset: `server_args.model_path`."""
     base_url: str | None = None
+    """The endpoint to call: an OpenAI-compatible server (`message_format` then defaults to
+    `openai`), or another address for the provider `message_format` names."""
     message_format: MessageFormat | None = None
-    # auto: the server's first form that it does not refuse, learned at the first refusal.
+    """The provider whose API is spoken: `openai`, `anthropic`, `gemini`, `local` (the embedded
+    CPU model) or a registered plugin provider. Unset: `openai` when `base_url` or
+    `server_args.model_path` is given, else a config error."""
     structured_output: StructuredOutput = "auto"
-    # Live pipeline pacing (None: llm_kit's BatchConfig default).
+    """How a JSON output's schema is asked of an OpenAI-compatible server: `json_schema`,
+    `json_object`, `guided_json` (vLLM), `ollama_format`, `prompt` (in the prompt only), or
+    `auto`: the server's first form that it does not refuse, learned at the first refusal.
+    Other providers have one native form: leave it `auto`."""
     worker_concurrency: PositiveInt | None = None
+    """Requests in flight at once, per shard. Unset: llm_kit's default (64)."""
     input_buffer_size: PositiveInt | None = None
+    """Rows read ahead of the workers. Unset: llm_kit's default (1024)."""
     rpm: PositiveInt | None = None
+    """Requests per minute this processor may send, per shard. Unset: no limit beyond the
+    provider's answers (429s are waited out)."""
     tpm: PositiveInt | None = None
+    """Tokens per minute this processor may use, per shard. Unset: no limit."""
     max_retries: int | None = None
+    """Retries of a request that failed for a retryable reason (rate limit, timeout, 5xx), with
+    backoff; `>= 0`. Unset: llm_kit's default (6)."""
     validation_retries: int | None = None
+    """New attempts when a JSON answer does not match `output_schema`; `>= 0`. Unset: llm_kit's
+    default (2)."""
     request_timeout: PositiveFloat | None = None
+    """Seconds one attempt may take. Unset: llm_kit's default (120)."""
 
     def __post_init__(self) -> None:
         known = provider_names()
@@ -103,8 +145,13 @@ class BatchApiProcessorConfig:
     TYPE: ClassVar[str] = "batch_api"
 
     provider_config: BatchProviderConfig
+    """The provider fields, written inline in the processor's YAML entry (not under a key of
+    their own): `provider` and the fields its config class declares."""
     type: Literal["batch_api"] = "batch_api"
+    """`batch_api`: this processor computes the outputs of `type: batch_api`."""
     name: str | None = None
+    """Tells apart several `batch_api` processors; an output picks one with
+    `processor: <name>`. Optional when there is only one."""
 
     @property
     def provider(self) -> str:
@@ -118,15 +165,34 @@ class CustomProcessorConfig:
     TYPE: ClassVar[str] = "custom"
 
     script_path: PathStr
+    """The Python file that defines the function (`~` expanded; a relative path is relative to
+    the working directory)."""
     function_name: NonEmptyStr
+    """The function to call, as `fn(variables, row)` when it takes two positional arguments,
+    else `fn(variables)`: `variables` holds the row's inputs and earlier outputs, `row` the raw
+    source row. It must return picklable plain data."""
     type: Literal["custom"] = "custom"
+    """`custom`: this processor computes the outputs of `type: custom`."""
     name: str | None = None
+    """Tells apart several `custom` processors; an output picks one with `processor: <name>`.
+    Optional when there is only one."""
     max_workers: PositiveInt = 1
+    """Worker processes in the pool, per shard: how many calls run at once."""
     timeout_ms: PositiveInt | None = None
+    """Milliseconds one call may run (counted from its start, not from when it was queued); a
+    call past it gives `fallback_value`. Unset: no limit."""
     max_timeouts: PositiveInt = 1
+    """After this many timed-out calls in a shard, the remaining rows get `fallback_value`
+    without a call (each with an error saying why)."""
     max_errors: PositiveInt = 1
+    """After this many calls that raised in a shard, the remaining rows get `fallback_value`
+    without a call (each with an error saying why)."""
     fallback_value: Any = None
+    """The value a row gets when its call raised or timed out, or after the limits above were
+    reached; the row also records the error."""
     start_method: Literal["spawn", "fork", "forkserver"] = "spawn"
+    """How the worker processes start (`multiprocessing` start method). `fork` starts faster
+    but is unsafe when the parent has threads."""
 
     def __post_init__(self) -> None:
         if not self.script_path.strip():
@@ -135,25 +201,46 @@ class CustomProcessorConfig:
 
 @dataclass
 class ExternalImageBackend:
+    """``external:`` of an ``image_gen`` processor: an image server that is already running.
+    Accepted and checked so that the original MMIRAGE's configs load; nothing uses it yet."""
+
     base_url: NonEmptyStr
+    """The image server's address."""
     api_key: str | None = None
+    """The key sent to the server, if it needs one."""
     timeout_seconds: PositiveFloat = 900
+    """Seconds one request may take."""
     request_model: str | None = None
+    """The model name sent with each request."""
     max_concurrent_requests: PositiveInt = 1
+    """Requests in flight at once."""
 
 
 @dataclass
 class SGLangImageBackend:
+    """``sglang:`` of an ``image_gen`` processor: an SGLang image server to start. Accepted and
+    checked so that the original MMIRAGE's configs load; nothing uses it yet."""
+
     model_path: NonEmptyStr
+    """The image model to serve."""
     port: int | None = None
+    """The server's port. Unset: a free one."""
     num_gpus: PositiveInt = 1
+    """GPUs the server uses."""
     dtype: str | None = None
+    """The weights' data type (e.g. `bfloat16`). Unset: the server's default."""
     startup_timeout_seconds: PositiveFloat = 900
+    """Seconds to wait for the server to start."""
     extra_server_args: list[str] = field(default_factory=list)
+    """More command-line arguments for the server, as written."""
     api_key: str | None = None
+    """The key sent to the server, if it needs one."""
     timeout_seconds: PositiveFloat = 900
+    """Seconds one request may take."""
     request_model: str | None = None
+    """The model name sent with each request."""
     max_concurrent_requests: PositiveInt = 1
+    """Requests in flight at once."""
 
 
 @dataclass
@@ -163,15 +250,26 @@ class ImageGenProcessorConfig:
     TYPE: ClassVar[str] = "image_gen"
 
     type: Literal["image_gen"] = "image_gen"
+    """`image_gen`: this processor would compute the outputs of `type: image_gen`."""
     name: str | None = None
+    """Tells apart several `image_gen` processors; an output picks one with
+    `processor: <name>`."""
     backend: Literal["external", "sglang"] = "external"
+    """Which block below is used: `external` needs `external:`, `sglang` needs `sglang:`."""
     external: ExternalImageBackend | None = None
+    """The running image server, for `backend: external`."""
     sglang: SGLangImageBackend | None = None
+    """The SGLang image server to start, for `backend: sglang`."""
     default_sampling_params: dict[str, Any] = field(default_factory=dict)
+    """Generation settings sent with every request."""
     parallel_inference: bool = True
+    """Send the requests of a batch concurrently rather than one by one."""
     parallel_chunk_size: PositiveInt | None = 4
+    """Requests per concurrent chunk. Unset: the whole batch at once."""
     output_dir: PathStr = "~/.cache/MMIRAGE/generated_images"
+    """Where generated images are written (`~` expanded)."""
     file_format: str = "png"
+    """The image files' format (extension)."""
 
     def __post_init__(self) -> None:
         if self.backend == "external" and self.external is None:
