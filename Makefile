@@ -20,7 +20,7 @@ $(VENV)/.dev-installed: pyproject.toml scripts/install-local.sh | $(PY)
 	scripts/install-local.sh $(PY) dev,local
 	touch $@ $(VENV)/.local-installed $(VENV)/.docs-installed
 
-# The site alone needs no model: MkDocs, Material, mkdocs-click, mkdocstrings (the docs extra).
+# The site alone needs no model: MkDocs, Material and mkdocstrings (the docs extra).
 $(VENV)/.docs-installed: pyproject.toml | $(PY)
 	$(PIP) install -e ".[docs]"
 	touch $@

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import types
 import typing
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +18,7 @@ from annotated_types import Ge, Gt
 from mkdocs.exceptions import PluginError
 
 from mmirage.config import fields as common
-from mmirage.config.field_docs import field_descriptions
+from mmirage.config.field_docs import field_descriptions, reachable_dataclasses
 from mmirage.config.models import MMirageConfig
 from mmirage.config.provider_resolution import BatchProviderConfigRegistry
 from mmirage.config.validation import public_fields
@@ -169,9 +167,7 @@ def table(block: Block) -> str:
     by_name = {f.name: f for f in dataclasses.fields(cls)}
     names = [n for n in public_fields(cls) if n not in block.skip]
     missing = [n for n in names if not descriptions.get(n, "").strip()]
-    if missing and os.environ.get("DOCS_DRAFT"):  # TEMPORARY until descriptions land
-        descriptions = {n: descriptions.get(n) or "(no description yet)" for n in names}
-    elif missing:
+    if missing:
         raise PluginError(
             f"config reference: {', '.join(f'{cls.__name__}.{n}' for n in missing)} "
             "has no description; add an attribute docstring under the field"
@@ -190,32 +186,10 @@ def table(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _reachable(cls: type[Any]) -> Iterator[type[Any]]:
-    """Every dataclass a YAML config reaches from ``cls`` through its field types."""
-    seen: set[type[Any]] = set()
-    stack = [cls]
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        yield current
-        hints = typing.get_type_hints(current, include_extras=True)
-        for name in public_fields(current):
-            stack.extend(_dataclasses_in(hints[name]))
-
-
-def _dataclasses_in(hint: Any) -> Iterator[type[Any]]:
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        yield hint
-    for arg in typing.get_args(hint):
-        yield from _dataclasses_in(arg)
-
-
 def reference() -> str:
     shown = blocks()
     covered = {block.cls for block in shown}
-    forgotten = [c.__name__ for c in _reachable(MMirageConfig) if c not in covered]
+    forgotten = [c.__name__ for c in reachable_dataclasses(MMirageConfig) if c not in covered]
     if forgotten:
         raise PluginError(f"config reference: no table for {', '.join(sorted(forgotten))}")
     return "\n".join(table(block) for block in shown)
