@@ -44,7 +44,9 @@ class ProviderError(LLMKitError):
         retryable: bool = False,
         retry_after: float | None = None,
     ) -> None:
-        super().__init__(message)
+        # One line: a server's body (a pretty-printed JSON, a traceback) lands in a row's
+        # recorded error and in the CLI's one-sentence report.
+        super().__init__(" ".join(message.split()))
         self.status = status
         self.kind = kind
         self.retryable = retryable

@@ -112,8 +112,10 @@ def run(
         if ep.mode == "slurm" and not here:
             if wait and batch and output_path is None:
                 raise UserError("--wait with a batch_api processor needs --output-path FILE.jsonl")
-        elif wait and (not batch or output_path is None):
-            raise UserError("--wait needs a batch_api processor and --output-path FILE.jsonl")
+        elif wait and not batch:
+            raise UserError("--wait follows provider batches: this config has no batch_api output")
+        elif wait and output_path is None:
+            raise UserError("--wait needs --output-path FILE.jsonl, where the results are merged")
         plan = RunPlan(
             retry=ep.retry or force_retry,
             force_retry=force_retry,

@@ -152,7 +152,7 @@ class JsonlReader(RowReader):
         if on_bad_row == "fail":
             raise DataError(
                 f"{self.path}, line {line_no}: {problem}; fix or remove the line, "
-                "or let the pipeline skip bad rows"
+                "or set loading_params.on_bad_row: skip to record bad lines and go on"
             )
         if bad_rows is not None:
             bad_rows(BadRow(self.path, line_no, problem, row_id, self.split))

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from llm_kit import loops
 from mmirage.core.loader import open_datasets, plan_shard
+from mmirage.core.loader.base import DataError
 from mmirage.core.process.base import Processor, RunContext
 from mmirage.core.process.factory import build_processor  # built-ins import on first use
 from mmirage.core.shard.dataset_run import group_rows, open_journal, run_dataset
@@ -165,7 +166,10 @@ async def _arun_shard_locked(
     fp = fingerprint(config)
     status = ShardStatus(config, shard_id)
     # Opened before anything is marked running: a bad path is the user's error, not a failure.
-    sources = open_datasets(lp.datasets)
+    try:
+        sources = open_datasets(lp.datasets)
+    except DataError as exc:
+        raise DataError(f"{config.config_path}: {exc}") from None if config.config_path else exc
     shards = plan_shard(sources, lp.num_shards, shard_id)
     offsets = source_offsets(sources)
     outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards, lp.output_format) for s in shards]
