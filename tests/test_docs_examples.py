@@ -123,7 +123,10 @@ def test_yaml_config_runs(block: Block, workdir: Path, docs_env: dict[str, str])
     _run(run, workdir, docs_env, f"mmirage run on the config at {block.id}")
     outputs = yaml.safe_load(block.text)["processing_params"].get("outputs", [])
     if any(output.get("type") == "batch_api" for output in outputs):
-        for command in (["check", "--wait", "--poll-interval", "0.2"], ["merge"]):
+        for command in (
+            ["check", "--wait", "--poll-interval", "0.2"],
+            ["merge", "--output-path", "out/merged.jsonl"],
+        ):
             args = [str(MMIRAGE), *command, "--config", "config.yaml"]
             _run(args, workdir, docs_env, f"mmirage {command[0]} on the config at {block.id}")
 
