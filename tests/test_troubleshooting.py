@@ -119,7 +119,8 @@ ENTRIES = [
     Entry(
         "missing_dataset_file",
         "<file>: dataset <i> (loading_params.datasets[<i>].path = '<path>'): "
-        "no such file or directory (resolved to <absolute path>); fix the path in the config or create it",
+        "no such file or directory (resolved to <absolute path>); "
+        "fix the path in the config or create it",
         with_(_set("loading_params.datasets.0.path", "no/such/data.jsonl")),
     ),
     Entry(
