@@ -4,12 +4,13 @@ shard of thousands of rows costs).
 
 ``datasets`` (4 and later) saves a dataset of one shard as three files:
 ``data-00000-of-00001.arrow`` (an Arrow stream whose schema carries the features as
-``huggingface`` metadata, one record batch per 1000 rows), ``dataset_info.json`` and ``state.json``. This module writes that layout for the
-column types JSON rows produce (null, bool, int64, double, string, lists and structs of them);
-``HfLayout.for_schema`` answers ``None`` for anything else, and ``fits_one_file`` says when
-``datasets`` itself must write the directory (a dataset it would split into several files or
-write in smaller batches, batches of other sizes, an older ``datasets``). The tests compare the
-bytes with ``datasets``' own ``save_to_disk``.
+``huggingface`` metadata, one record batch per 1000 rows), ``dataset_info.json`` and
+``state.json``. This module writes that layout for the column types JSON rows produce (null,
+bool, int64, double, string, lists and structs of them); ``HfLayout.for_schema`` answers
+``None`` for anything else, and ``fits_one_file`` says when ``datasets`` itself must write the
+directory (a dataset it would split into several files or write in smaller batches, batches of
+other sizes, an older ``datasets``). The tests compare the bytes with ``datasets``' own
+``save_to_disk``.
 """
 
 from __future__ import annotations
