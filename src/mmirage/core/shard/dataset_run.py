@@ -1,6 +1,7 @@
 """One dataset of a shard, from its checkpoint to its published file: rows are read, handed to
 the processors a group at a time (two groups in flight), appended to the part file and
-checkpointed per group; results are journaled as they arrive."""
+checkpointed per group, in order, while the next groups run; results are journaled as they
+arrive."""
 
 from __future__ import annotations
 
@@ -82,12 +83,15 @@ async def run_dataset(
         collections.deque()
     )
 
+    # A group's records are appended and checkpointed by a task of their own, one group after
+    # the other: the next group starts as soon as its predecessor's results are in, not after
+    # that fsync, so the connections never wait for the disk.
+    landing: asyncio.Task[None] | None = None
+
     def start(group: list[tuple[int, Item]]) -> None:
         in_flight.append((group, asyncio.create_task(worker.process([i for _, i in group]))))
 
-    async def land_oldest() -> None:
-        group, task = in_flight.popleft()
-        records = await task
+    async def land(group: list[tuple[int, Item]], records: list[dict[str, Any]]) -> None:
         out.append(records)
         for rec in records:
             tally(ckpt, rec)
@@ -101,6 +105,14 @@ async def run_dataset(
         journal.settle([rec[ROW_KEY] for rec in records])
         status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in COUNTERS})
         status.beat()
+
+    async def land_oldest() -> None:
+        nonlocal landing
+        group, task = in_flight.popleft()
+        records = await task
+        if landing is not None:
+            await landing  # groups land in order
+        landing = asyncio.create_task(land(group, records))
 
     group: list[tuple[int, Item]] = []
     try:
@@ -116,6 +128,8 @@ async def run_dataset(
             start(group)
         while in_flight:
             await land_oldest()
+        if landing is not None:
+            await landing
         for proc in procs.values():
             note = await proc.finish()
             if note:
@@ -125,6 +139,12 @@ async def run_dataset(
         bar.close()
         for _, task in in_flight:
             task.cancel()
+        if landing is not None:
+            # A group being checkpointed is let finish before the files close (its rows are
+            # written already); a failure of its own was raised above, or yields to this one.
+            await asyncio.wait([landing])
+            if not landing.cancelled():
+                landing.exception()  # retrieved: asyncio would log it as lost
         journal.close(remove=ckpt.complete)
     report.add(ckpt)
     return ckpt
