@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from llm_kit.gcquiet import quiet_gc
 from mmirage.core.loader import DatasetShard
 from mmirage.core.process.base import Processor
 from mmirage.core.shard.journal import ResultJournal
@@ -115,36 +116,39 @@ async def run_dataset(
         landing = asyncio.create_task(land(group, records))
 
     group: list[tuple[int, Item]] = []
-    try:
-        bar.start()
-        for entry in rows_from(shard, ckpt, config.loading_params.on_bad_row):
-            group.append(entry)
-            if len(group) >= rows_per_group:
+    # One quiet collector for the whole dataset, not one per group (llm_kit's sinks each take
+    # it): between two groups it would otherwise unfreeze, and sweep every row's objects.
+    with quiet_gc():
+        try:
+            bar.start()
+            for entry in rows_from(shard, ckpt, config.loading_params.on_bad_row):
+                group.append(entry)
+                if len(group) >= rows_per_group:
+                    start(group)
+                    group = []
+                    if len(in_flight) >= 2:
+                        await land_oldest()
+            if group:
                 start(group)
-                group = []
-                if len(in_flight) >= 2:
-                    await land_oldest()
-        if group:
-            start(group)
-        while in_flight:
-            await land_oldest()
-        if landing is not None:
-            await landing
-        for proc in procs.values():
-            note = await proc.finish()
-            if note:
-                report.notes.append(note)
-        out.publish(ckpt)
-    finally:
-        bar.close()
-        for _, task in in_flight:
-            task.cancel()
-        if landing is not None:
-            # A group being checkpointed is let finish before the files close (its rows are
-            # written already); a failure of its own was raised above, or yields to this one.
-            await asyncio.wait([landing])
-            if not landing.cancelled():
-                landing.exception()  # retrieved: asyncio would log it as lost
-        journal.close(remove=ckpt.complete)
+            while in_flight:
+                await land_oldest()
+            if landing is not None:
+                await landing
+            for proc in procs.values():
+                note = await proc.finish()
+                if note:
+                    report.notes.append(note)
+            out.publish(ckpt)
+        finally:
+            bar.close()
+            for _, task in in_flight:
+                task.cancel()
+            if landing is not None:
+                # A group being checkpointed is let finish before the files close (its rows are
+                # written already); a failure of its own was raised above, or yields to this one.
+                await asyncio.wait([landing])
+                if not landing.cancelled():
+                    landing.exception()  # retrieved: asyncio would log it as lost
+            journal.close(remove=ckpt.complete)
     report.add(ckpt)
     return ckpt
