@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import orjson
 
+from mmirage.core.writer.arrow_columns import plain_array, plain_type
 from mmirage.core.writer.hf_layout import HfLayout
 from mmirage.errors import WorkFailed
 from mmirage.rundir import ROW_KEY
@@ -129,8 +130,10 @@ def infer_schema(batches: Iterable[list[dict[str, Any]]]) -> Schema:
         for name in names:
             if name in as_json:
                 continue
+            values = [row.get(name) for row in batch]
             try:
-                seen = pa.array([row.get(name) for row in batch]).type
+                seen = plain_type(values)
+                seen = pa.array(values).type if seen is None else seen
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
                 as_json.add(name)  # mixed types inside this batch already
                 types.setdefault(name, pa.string())
@@ -169,7 +172,8 @@ def to_arrow(batch: list[dict[str, Any]], schema: Schema) -> Any:
         if f.name in json_columns:
             values = [None if v is None else _dumps(v).decode() for v in values]
         try:
-            arrays.append(pa.array(values, type=f.type))
+            built = plain_array(values, f.type)
+            arrays.append(pa.array(values, type=f.type) if built is None else built)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
             raise FormatError(f"column {f.name!r} cannot be written as {f.type}: {exc}") from None
     return pa.RecordBatch.from_arrays(arrays, schema=schema.arrow)
