@@ -120,5 +120,3 @@ def stats(config: Path | None, config_option: Path | None) -> None:
         cfg = load(config_path(config, config_option))
     click.echo(json.dumps(stats_report(cfg), indent=2, default=str))
 
-
-COMMANDS = (merge, merge_dir_command, stats)

@@ -116,5 +116,3 @@ def check(
         code = results_for(cfg).check(cfg, path, executor, request)
     sys.exit(code)
 
-
-COMMANDS = (retry, check)

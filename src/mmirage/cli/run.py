@@ -120,5 +120,3 @@ def run(
         code = results_for(cfg).finish_run(cfg, path, result, output_path if wait else None)
     sys.exit(code)
 
-
-COMMANDS = (run,)
