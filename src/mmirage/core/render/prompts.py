@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -69,16 +70,68 @@ def render_template(template: Template, variables: Mapping[str, Any], what: str)
         context = template.new_context({**env.globals, **variables}, shared=True)
         return env.concat(template.root_render_func(context))
     except RENDER_ERRORS as exc:
-        message = getattr(exc, "message", None) or str(exc)
-        undefined = _UNDEFINED_NAME.match(message)
-        raise RowError(
-            f"{what} could not be rendered for this row ({message}); variables available: "
-            f"{', '.join(variables) or 'none'}",
-            variable=undefined.group(1) if undefined else None,
-            path=what,
-        ) from None
+        raise _row_error(exc, variables, what) from None
+
+
+def _row_error(exc: Exception, variables: Mapping[str, Any], what: str) -> RowError:
+    message = getattr(exc, "message", None) or str(exc)
+    undefined = _UNDEFINED_NAME.match(message)
+    return RowError(
+        f"{what} could not be rendered for this row ({message}); variables available: "
+        f"{', '.join(variables) or 'none'}",
+        variable=undefined.group(1) if undefined else None,
+        path=what,
+    )
+
+
+@dataclass(frozen=True)
+class Substitution:
+    """A template that only substitutes names, ``a {{ x }} b {{ y }}``: rendered without Jinja,
+    as Jinja renders it (``str(value)``, ``None`` as ``""``; line breaks as \\n and one trailing
+    line break dropped, as Jinja's lexer does)."""
+
+    literals: tuple[str, ...]  # one more than names: the text around them
+    names: tuple[str, ...]
+
+    def render(self, variables: Mapping[str, Any]) -> str:
+        parts = [self.literals[0]]
+        for name, literal in zip(self.names, self.literals[1:], strict=True):
+            parts.append(str(_finalize(variables[name])))
+            parts.append(literal)
+        return "".join(parts)
+
+
+_SUBSTITUTED = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_JINJA_MARKS = ("{{", "{%", "{#", "}}", "%}", "#}")
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # jinja2.lexer's newline_re
+# Names Jinja does not read as a variable: constants, operators, the template itself.
+_NOT_VARIABLES = frozenset(
+    {"true", "false", "none", "True", "False", "None", "and", "or", "not", "in", "is", "if"}
+    | {"else", "self", "loop", "super", "caller", "varargs", "kwargs"}
+)
+
+
+@lru_cache(maxsize=4096)
+def substitution(text: str) -> Substitution | None:
+    """``text`` as a ``Substitution`` when it is one; else ``None`` (Jinja renders it)."""
+    lines = _NEWLINE.split(text)
+    if lines[-1] == "":  # keep_trailing_newline=False
+        del lines[-1]
+    pieces = _SUBSTITUTED.split("\n".join(lines))
+    literals, names = tuple(pieces[0::2]), tuple(pieces[1::2])
+    if any(mark in literal for literal in literals for mark in _JINJA_MARKS):
+        return None
+    if not _NOT_VARIABLES.isdisjoint(names):
+        return None
+    return Substitution(literals, names)
 
 
 def render_prompt(template_text: str, variables: Mapping[str, Any]) -> str:
     """The prompt text for one row."""
-    return render_template(compile_template(template_text), variables, "prompt")
+    simple = substitution(template_text)
+    if simple is None or not all(name in variables for name in simple.names):
+        return render_template(compile_template(template_text), variables, "prompt")
+    try:
+        return simple.render(variables)
+    except RENDER_ERRORS as exc:  # a value whose str() fails
+        raise _row_error(exc, variables, "prompt") from None
