@@ -1,13 +1,22 @@
-"""Prompts that only substitute names are rendered without Jinja, to the very same text."""
+"""Prompts that only substitute names are checked and rendered without Jinja, to the very same
+text and names."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from mmirage.core.render.prompts import compile_template, render_prompt, render_template
-from mmirage.core.render.prompts import substitution as substitution_of
+from mmirage.config.templates import JINJA_GLOBALS, undeclared_names
+from mmirage.config.templates import substitution as substitution_of
+from mmirage.core.render.prompts import (
+    compile_template,
+    jinja_environment,
+    render_prompt,
+    render_template,
+)
 from mmirage.core.render.variables import RowError
 
 
@@ -47,6 +56,34 @@ def test_substitution_renders_what_jinja_renders(text: str, value: Any) -> None:
     expected = render_template(compile_template(text), variables, "prompt")
     assert simple.render(variables) == expected
     assert render_prompt(text, variables) == expected
+
+
+@pytest.mark.parametrize("text", SUBSTITUTIONS)
+def test_substitution_reads_the_names_jinja_finds(text: str) -> None:
+    from jinja2 import Environment, meta
+
+    env = Environment()
+    expected = meta.find_undeclared_variables(env.parse(text)) - set(env.globals)
+    assert undeclared_names(text) == expected
+
+
+def test_jinja_globals_are_jinjas() -> None:
+    assert set(jinja_environment().globals) == JINJA_GLOBALS
+
+
+def test_a_run_of_substitutions_does_not_import_jinja() -> None:
+    probe = (
+        "import sys\n"
+        "from mmirage.config.templates import undeclared_names\n"
+        "from mmirage.core.render.prompts import render_prompt\n"
+        "from mmirage.core.render.renderer import OutputRenderer\n"
+        "assert undeclared_names('Say {{ text }}') == {'text'}\n"
+        "assert render_prompt('Say {{ text }}', {'text': 'hi'}) == 'Say hi'\n"
+        "row = OutputRenderer({'a': '{{ answer }}'}).render({'answer': 3})\n"
+        "print(row, 'jinja2' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "{'a': 3} False"
 
 
 @pytest.mark.parametrize(

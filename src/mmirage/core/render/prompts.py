@@ -11,23 +11,31 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jinja2 import Environment, StrictUndefined, Template, TemplateError, TemplateSyntaxError
-
+from mmirage.config.templates import substitution
 from mmirage.core.render.variables import RowError
 
+if TYPE_CHECKING:  # Jinja is imported when a template needs it (a substitution does not)
+    from jinja2 import Environment, Template
+
 # Errors a template can raise on one row's data (a filter on the wrong type, a bad index...).
-RENDER_ERRORS: tuple[type[Exception], ...] = (
-    TemplateError,
+_DATA_ERRORS: tuple[type[Exception], ...] = (
     TypeError,
     ValueError,
     LookupError,
     AttributeError,
     ArithmeticError,
 )
+
+
+@lru_cache(maxsize=1)
+def render_errors() -> tuple[type[Exception], ...]:
+    """What rendering a row can raise: Jinja's own errors and the data's."""
+    from jinja2 import TemplateError
+
+    return (TemplateError, *_DATA_ERRORS)
 
 
 _UNDEFINED_NAME = re.compile(r"^'([^']+)' is undefined$")
@@ -41,6 +49,8 @@ def _finalize(value: Any) -> Any:
 @lru_cache(maxsize=1)
 def jinja_environment() -> Environment:
     """The one environment for prompts and the output schema (same rules in both)."""
+    from jinja2 import Environment, StrictUndefined
+
     return Environment(
         undefined=StrictUndefined,
         autoescape=False,
@@ -52,6 +62,8 @@ def jinja_environment() -> Environment:
 @lru_cache(maxsize=4096)
 def compile_template(text: str) -> Template:
     """Compiled once per distinct text; a syntax error is a config problem, not a row's."""
+    from jinja2 import TemplateSyntaxError
+
     try:
         return jinja_environment().from_string(text)
     except TemplateSyntaxError as exc:
@@ -69,7 +81,7 @@ def render_template(template: Template, variables: Mapping[str, Any], what: str)
     try:
         context = template.new_context({**env.globals, **variables}, shared=True)
         return env.concat(template.root_render_func(context))
-    except RENDER_ERRORS as exc:
+    except render_errors() as exc:
         raise _row_error(exc, variables, what) from None
 
 
@@ -84,48 +96,6 @@ def _row_error(exc: Exception, variables: Mapping[str, Any], what: str) -> RowEr
     )
 
 
-@dataclass(frozen=True)
-class Substitution:
-    """A template that only substitutes names, ``a {{ x }} b {{ y }}``: rendered without Jinja,
-    as Jinja renders it (``str(value)``, ``None`` as ``""``; line breaks as \\n and one trailing
-    line break dropped, as Jinja's lexer does)."""
-
-    literals: tuple[str, ...]  # one more than names: the text around them
-    names: tuple[str, ...]
-
-    def render(self, variables: Mapping[str, Any]) -> str:
-        parts = [self.literals[0]]
-        for name, literal in zip(self.names, self.literals[1:], strict=True):
-            parts.append(str(_finalize(variables[name])))
-            parts.append(literal)
-        return "".join(parts)
-
-
-_SUBSTITUTED = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-_JINJA_MARKS = ("{{", "{%", "{#", "}}", "%}", "#}")
-_NEWLINE = re.compile(r"\r\n|\r|\n")  # jinja2.lexer's newline_re
-# Names Jinja does not read as a variable: constants, operators, the template itself.
-_NOT_VARIABLES = frozenset(
-    {"true", "false", "none", "True", "False", "None", "and", "or", "not", "in", "is", "if"}
-    | {"else", "self", "loop", "super", "caller", "varargs", "kwargs"}
-)
-
-
-@lru_cache(maxsize=4096)
-def substitution(text: str) -> Substitution | None:
-    """``text`` as a ``Substitution`` when it is one; else ``None`` (Jinja renders it)."""
-    lines = _NEWLINE.split(text)
-    if lines[-1] == "":  # keep_trailing_newline=False
-        del lines[-1]
-    pieces = _SUBSTITUTED.split("\n".join(lines))
-    literals, names = tuple(pieces[0::2]), tuple(pieces[1::2])
-    if any(mark in literal for literal in literals for mark in _JINJA_MARKS):
-        return None
-    if not _NOT_VARIABLES.isdisjoint(names):
-        return None
-    return Substitution(literals, names)
-
-
 def render_prompt(template_text: str, variables: Mapping[str, Any]) -> str:
     """The prompt text for one row."""
     simple = substitution(template_text)
@@ -133,5 +103,5 @@ def render_prompt(template_text: str, variables: Mapping[str, Any]) -> str:
         return render_template(compile_template(template_text), variables, "prompt")
     try:
         return simple.render(variables)
-    except RENDER_ERRORS as exc:  # a value whose str() fails
+    except render_errors() as exc:  # a value whose str() fails
         raise _row_error(exc, variables, "prompt") from None
