@@ -20,3 +20,15 @@ def test_help_lists_every_command() -> None:
     )
     for command in ("run", "check", "merge", "merge-dir", "stats", "emulate", "job"):
         assert f"  {command} " in done.stdout, command
+
+
+def test_commands_load_when_asked_for() -> None:
+    probe = (
+        "import sys, click, mmirage.cli as cli\n"
+        "before = [m for m in sys.modules if m.startswith('mmirage.cli.')]\n"
+        "ctx = click.Context(cli.main)\n"
+        "loaded = {name: cli.main.get_command(ctx, name).name for name in cli.COMMANDS}\n"
+        "print(before, loaded == {name: name for name in cli.COMMANDS})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[] True"

@@ -711,7 +711,8 @@ def test_both_emulator_command_lines_take_the_same_flags() -> None:
 
     parser = _parser()
     ours = {flag for option in parser._actions for flag in option.option_strings}
-    command = mmirage_main.commands["emulate"]
+    command = mmirage_main.get_command(click.Context(mmirage_main), "emulate")
+    assert command is not None
     theirs = {flag for param in command.params for flag in getattr(param, "opts", [])}
     assert ours - {"-h", "--help"} <= theirs
     choices = {a.option_strings[0]: list(a.choices) for a in parser._actions if a.choices}

@@ -125,6 +125,3 @@ def stats(config: Path | None, config_option: Path | None) -> None:
     with exit_on_errors():
         cfg = load(config_path(config, config_option))
     click.echo(json.dumps(stats_report(cfg), indent=2, default=str))
-
-
-COMMANDS = (merge, merge_dir_command, stats)

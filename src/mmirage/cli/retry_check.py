@@ -125,6 +125,3 @@ def check(
         request = CheckRequest(metadata_paths, wait, poll_interval, retry_failed, yes)
         code = results_for(cfg).check(cfg, path, executor, request)
     sys.exit(code)
-
-
-COMMANDS = (retry, check)

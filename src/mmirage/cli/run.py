@@ -128,6 +128,3 @@ def run(
         result = executor.run(RunRequest(shards, plan, follow=follow, stats=stats))
         code = results_for(cfg).finish_run(cfg, path, result, output_path if wait else None)
     sys.exit(code)
-
-
-COMMANDS = (run,)

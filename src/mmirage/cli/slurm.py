@@ -87,6 +87,3 @@ def _print_script(cfg: object, path: Path, ids: list[int] | None) -> None:
     wanted = ids if ids is not None else range(cfg.loading_params.num_shards)
     spec = JobSpec(path.resolve(), tuple(wanted), workdir_of(cfg), log_level=level)
     click.echo(render_job_script(cfg.execution_params, spec), nl=False)
-
-
-COMMANDS = (submit,)

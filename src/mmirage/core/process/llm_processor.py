@@ -164,9 +164,9 @@ class LLMProcessor(Processor):
     ) -> AsyncIterator[tuple[int, OutputResult]]:
         """Each request's result as it arrives (the runner journals it at once)."""
         items: list[BatchItem] = []
-        response_model = self._response_model(output)
+        build = _ItemBuilder(output.name, self._response_model(output))
         for index, request in enumerate(requests):
-            item_or_error = _build_item(index, request, output.name, response_model)
+            item_or_error = build(index, request)
             if isinstance(item_or_error, OutputResult):
                 yield index, item_or_error
             else:
@@ -188,24 +188,32 @@ def _model_name(output_name: str) -> str:
     return "".join(part.capitalize() for part in output_name.split("_")) or "Output"
 
 
-def _build_item(
-    index: int, request: OutputRequest, output_name: str, response_model: type[BaseModel] | None
-) -> BatchItem | OutputResult:
-    from llm_kit import BatchItem, Message
-    from llm_kit.errors import ConfigError as ItemConfigError
+class _ItemBuilder:
+    """One output's requests as llm_kit items (llm_kit imported once per group, not per row)."""
 
-    if not request.prompt and not request.image_urls:
-        return OutputResult(error=f"output '{output_name}': the rendered prompt is empty")
-    try:
-        return BatchItem(
-            id=f"{request.row_key}:{output_name}",
-            messages=[Message.user(request.prompt or "", image_urls=request.image_urls)],
-            response_model=response_model,
-            # The index maps results back even if two requests share a row key.
-            metadata={"index": index},
-        )
-    except ItemConfigError as exc:
-        return OutputResult(error=str(exc))
+    def __init__(self, output_name: str, response_model: type[BaseModel] | None) -> None:
+        from llm_kit import BatchItem, Message
+        from llm_kit.errors import ConfigError as ItemConfigError
+
+        self.output_name = output_name
+        self.response_model = response_model
+        self.item_type = BatchItem
+        self.user_message = Message.user
+        self.item_error = ItemConfigError
+
+    def __call__(self, index: int, request: OutputRequest) -> BatchItem | OutputResult:
+        if not request.prompt and not request.image_urls:
+            return OutputResult(error=f"output '{self.output_name}': the rendered prompt is empty")
+        try:
+            return self.item_type(
+                id=f"{request.row_key}:{self.output_name}",
+                messages=[self.user_message(request.prompt or "", image_urls=request.image_urls)],
+                response_model=self.response_model,
+                # The index maps results back even if two requests share a row key.
+                metadata={"index": index},
+            )
+        except self.item_error as exc:
+            return OutputResult(error=str(exc))
 
 
 def _to_output_result(result: Any) -> OutputResult:

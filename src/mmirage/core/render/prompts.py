@@ -12,21 +12,30 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jinja2 import Environment, StrictUndefined, Template, TemplateError, TemplateSyntaxError
-
+from mmirage.config.templates import substitution
 from mmirage.core.render.variables import RowError
 
+if TYPE_CHECKING:  # Jinja is imported when a template needs it (a substitution does not)
+    from jinja2 import Environment, Template
+
 # Errors a template can raise on one row's data (a filter on the wrong type, a bad index...).
-RENDER_ERRORS: tuple[type[Exception], ...] = (
-    TemplateError,
+_DATA_ERRORS: tuple[type[Exception], ...] = (
     TypeError,
     ValueError,
     LookupError,
     AttributeError,
     ArithmeticError,
 )
+
+
+@lru_cache(maxsize=1)
+def render_errors() -> tuple[type[Exception], ...]:
+    """What rendering a row can raise: Jinja's own errors and the data's."""
+    from jinja2 import TemplateError
+
+    return (TemplateError, *_DATA_ERRORS)
 
 
 _UNDEFINED_NAME = re.compile(r"^'([^']+)' is undefined$")
@@ -40,6 +49,8 @@ def _finalize(value: Any) -> Any:
 @lru_cache(maxsize=1)
 def jinja_environment() -> Environment:
     """The one environment for prompts and the output schema (same rules in both)."""
+    from jinja2 import Environment, StrictUndefined
+
     return Environment(
         undefined=StrictUndefined,
         autoescape=False,
@@ -51,6 +62,8 @@ def jinja_environment() -> Environment:
 @lru_cache(maxsize=4096)
 def compile_template(text: str) -> Template:
     """Compiled once per distinct text; a syntax error is a config problem, not a row's."""
+    from jinja2 import TemplateSyntaxError
+
     try:
         return jinja_environment().from_string(text)
     except TemplateSyntaxError as exc:
@@ -68,17 +81,27 @@ def render_template(template: Template, variables: Mapping[str, Any], what: str)
     try:
         context = template.new_context({**env.globals, **variables}, shared=True)
         return env.concat(template.root_render_func(context))
-    except RENDER_ERRORS as exc:
-        message = getattr(exc, "message", None) or str(exc)
-        undefined = _UNDEFINED_NAME.match(message)
-        raise RowError(
-            f"{what} could not be rendered for this row ({message}); variables available: "
-            f"{', '.join(variables) or 'none'}",
-            variable=undefined.group(1) if undefined else None,
-            path=what,
-        ) from None
+    except render_errors() as exc:
+        raise _row_error(exc, variables, what) from None
+
+
+def _row_error(exc: Exception, variables: Mapping[str, Any], what: str) -> RowError:
+    message = getattr(exc, "message", None) or str(exc)
+    undefined = _UNDEFINED_NAME.match(message)
+    return RowError(
+        f"{what} could not be rendered for this row ({message}); variables available: "
+        f"{', '.join(variables) or 'none'}",
+        variable=undefined.group(1) if undefined else None,
+        path=what,
+    )
 
 
 def render_prompt(template_text: str, variables: Mapping[str, Any]) -> str:
     """The prompt text for one row."""
-    return render_template(compile_template(template_text), variables, "prompt")
+    simple = substitution(template_text)
+    if simple is None or not all(name in variables for name in simple.names):
+        return render_template(compile_template(template_text), variables, "prompt")
+    try:
+        return simple.render(variables)
+    except render_errors() as exc:  # a value whose str() fails
+        raise _row_error(exc, variables, "prompt") from None

@@ -23,14 +23,15 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jinja2 import Template, Undefined, meta, nodes
-
-from mmirage.config.templates import strings_in
+from mmirage.config.templates import JINJA_GLOBALS, strings_in
 from mmirage.core.render.prompts import compile_template, jinja_environment, render_template
 from mmirage.core.render.variables import RowError
 from mmirage.rundir import PLACEHOLDER_PREFIX
+
+if TYPE_CHECKING:  # Jinja is imported when a leaf needs it (a bare reference does not)
+    from jinja2 import Template
 
 _BARE = re.compile(r"^\s*\{\{-?\s*([^\W\d]\w*(?:\.[^\W\d]\w*)*)\s*-?\}\}\s*$")
 # Jinja literals look like names but are constants: they render as text.
@@ -78,12 +79,14 @@ def compile_leaf(text: str) -> _Leaf:
     bare = _BARE.match(text)
     if bare:
         path = tuple(bare.group(1).split("."))
-        if path[0] not in _LITERALS and path[0] not in jinja_environment().globals:
+        if path[0] not in _LITERALS and path[0] not in JINJA_GLOBALS:
             return _Ref(path)
     return _Text(compile_template(text), _names_in(text))
 
 
 def _names_in(text: str) -> tuple[str, ...]:
+    from jinja2 import meta, nodes
+
     env = jinja_environment()
     ast = env.parse(text)
     # meta gives the right set (no loop or {% set %} names) but unordered: order by the AST.
@@ -264,6 +267,10 @@ def _lookup(path: tuple[str, ...], variables: Mapping[str, Any], where: str) -> 
             path=where,
         )
     value = variables[root]
+    if len(path) == 1:
+        return value
+    from jinja2 import Undefined
+
     env = jinja_environment()
     for depth, part in enumerate(path[1:], start=2):
         # Data first: a JSON field named "items" wins over dict.items.

@@ -1,6 +1,7 @@
 """One dataset of a shard, from its checkpoint to its published file: rows are read, handed to
 the processors a group at a time (two groups in flight), appended to the part file and
-checkpointed per group; results are journaled as they arrive."""
+checkpointed per group, in order, while the next groups run; results are journaled as they
+arrive."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from llm_kit.gcquiet import quiet_gc
 from mmirage.core.loader import DatasetShard
 from mmirage.core.process.base import Processor
 from mmirage.core.shard.journal import ResultJournal
@@ -82,12 +84,15 @@ async def run_dataset(
         collections.deque()
     )
 
+    # A group's records are appended and checkpointed by a task of their own, one group after
+    # the other: the next group starts as soon as its predecessor's results are in, not after
+    # that fsync, so the connections never wait for the disk.
+    landing: asyncio.Task[None] | None = None
+
     def start(group: list[tuple[int, Item]]) -> None:
         in_flight.append((group, asyncio.create_task(worker.process([i for _, i in group]))))
 
-    async def land_oldest() -> None:
-        group, task = in_flight.popleft()
-        records = await task
+    async def land(group: list[tuple[int, Item]], records: list[dict[str, Any]]) -> None:
         out.append(records)
         for rec in records:
             tally(ckpt, rec)
@@ -102,29 +107,48 @@ async def run_dataset(
         status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in COUNTERS})
         status.beat()
 
+    async def land_oldest() -> None:
+        nonlocal landing
+        group, task = in_flight.popleft()
+        records = await task
+        if landing is not None:
+            await landing  # groups land in order
+        landing = asyncio.create_task(land(group, records))
+
     group: list[tuple[int, Item]] = []
-    try:
-        bar.start()
-        for entry in rows_from(shard, ckpt, config.loading_params.on_bad_row):
-            group.append(entry)
-            if len(group) >= rows_per_group:
+    # One quiet collector for the whole dataset, not one per group (llm_kit's sinks each take
+    # it): between two groups it would otherwise unfreeze, and sweep every row's objects.
+    with quiet_gc():
+        try:
+            bar.start()
+            for entry in rows_from(shard, ckpt, config.loading_params.on_bad_row):
+                group.append(entry)
+                if len(group) >= rows_per_group:
+                    start(group)
+                    group = []
+                    if len(in_flight) >= 2:
+                        await land_oldest()
+            if group:
                 start(group)
-                group = []
-                if len(in_flight) >= 2:
-                    await land_oldest()
-        if group:
-            start(group)
-        while in_flight:
-            await land_oldest()
-        for proc in procs.values():
-            note = await proc.finish()
-            if note:
-                report.notes.append(note)
-        out.publish(ckpt)
-    finally:
-        bar.close()
-        for _, task in in_flight:
-            task.cancel()
-        journal.close(remove=ckpt.complete)
+            while in_flight:
+                await land_oldest()
+            if landing is not None:
+                await landing
+            for proc in procs.values():
+                note = await proc.finish()
+                if note:
+                    report.notes.append(note)
+            out.publish(ckpt)
+        finally:
+            bar.close()
+            for _, task in in_flight:
+                task.cancel()
+            if landing is not None:
+                # A group being checkpointed is let finish before the files close (its rows are
+                # written already); a failure of its own was raised above, or yields to this one.
+                await asyncio.wait([landing])
+                if not landing.cancelled():
+                    landing.exception()  # retrieved: asyncio would log it as lost
+            journal.close(remove=ckpt.complete)
     report.add(ckpt)
     return ckpt

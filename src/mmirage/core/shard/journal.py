@@ -2,15 +2,17 @@
 
 Rows reach the part file a processing group at a time, and a checkpoint records them; a shard
 killed mid-group would otherwise pay again for every row of that group. The journal closes the
-gap: every successful result is appended here as it arrives (one ``write`` per line, no fsync:
-it survives a killed process, which is what resume is for), and a resumed run takes journaled
-results instead of sending those requests again. Entries are dropped once their rows are
-checkpointed; the file is rewritten from the live entries when it grows, so it stays
-O(rows in flight).
+gap: every successful result is appended here as it arrives (no fsync: it survives a killed
+process, which is what resume is for), and a resumed run takes journaled results instead of
+sending those requests again. Results that arrive together (in one turn of the event loop) go
+out in one ``write``, at the end of that turn, before the loop reads more answers. Entries are
+dropped once their rows are checkpointed; the file is rewritten from the live entries when it
+grows, so it stays O(rows in flight).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from pathlib import Path
@@ -33,6 +35,8 @@ class ResultJournal:
         self._live: dict[str, dict[str, bytes]] = {}  # row key → output name → line
         self._lines = 0
         self._fd: int | None = None
+        self._unwritten: list[bytes] = []  # lines of this turn of the event loop
+        self._failure: BaseException | None = None  # of a write at the end of a turn
 
     def open(self) -> None:
         """Load what an interrupted run journaled (for this configuration only)."""
@@ -71,19 +75,48 @@ class ResultJournal:
             "output_tokens": result.output_tokens,
         }
         line = orjson.dumps(entry, default=str, option=_OPTS)
-        with writing(self.path, JOURNAL_DIR):
-            os.write(self._fd, line)
+        self._raise_failure()
+        self._unwritten.append(line)
         self._lines += 1
         self._live.setdefault(key, {})[output] = line
+        if len(self._unwritten) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self._flush_at_end_of_turn)
+            except RuntimeError:  # no event loop: nothing else can arrive in this turn
+                self.flush()
+
+    def flush(self) -> None:
+        """Write the results added since the last write (and raise a failed write's error)."""
+        self._raise_failure()
+        if not self._unwritten or self._fd is None:
+            return
+        lines = b"".join(self._unwritten)
+        self._unwritten.clear()
+        with writing(self.path, JOURNAL_DIR):
+            os.write(self._fd, lines)
+
+    def _flush_at_end_of_turn(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:  # raised to the run by its next call here
+            self._failure = exc
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
 
     def settle(self, keys: list[str]) -> None:
         """These rows are checkpointed: their entries are no longer needed."""
+        self.flush()
         for key in keys:
             self._live.pop(key, None)
         if self._lines > _COMPACT_AT + 2 * sum(map(len, self._live.values())):
             self._rewrite()
 
     def close(self, *, remove: bool = False) -> None:
+        with contextlib.suppress(Exception):  # a failure of its own was raised already
+            self.flush()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -111,11 +111,13 @@ class RowWorker:
                 self.count.failed += not w.errors  # counted as a good row when it finished
                 w.errors["__schema__"] = str(exc)
                 return self._failed(w.key, w.row, w.errors, w.input_tokens, w.output_tokens)
-            return {**rendered, **self._meta(w)}
+            rendered.update(self._meta(w))  # a new dict: no copy needed
+            return rendered
         rendered, schema_error = self.renderer.render_partial(w.variables, w.row, missing)
         if schema_error is not None:
             w.errors.setdefault("__schema__", schema_error)
-        return {**rendered, **self._meta(w)}
+        rendered.update(self._meta(w))
+        return rendered
 
     async def _output(self, output: OutputVar, work: list[_RowWork]) -> None:
         """Compute one output for the rows still going (a row whose earlier output failed
@@ -153,6 +155,7 @@ class RowWorker:
                 self.journal.add(w.key, output.name, result)
             self._take(w, output.name, result)
             got += 1
+        self.journal.flush()
         if got != len(requests):
             raise RuntimeError(
                 f"the processor of output '{output.name}' answered {got} results for "

@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import orjson
 
+from mmirage.core.writer.arrow_columns import plain_array, plain_type
+from mmirage.core.writer.hf_layout import HfLayout
 from mmirage.errors import WorkFailed
 from mmirage.rundir import ROW_KEY
 
@@ -128,8 +130,10 @@ def infer_schema(batches: Iterable[list[dict[str, Any]]]) -> Schema:
         for name in names:
             if name in as_json:
                 continue
+            values = [row.get(name) for row in batch]
             try:
-                seen = pa.array([row.get(name) for row in batch]).type
+                seen = plain_type(values)
+                seen = pa.array(values).type if seen is None else seen
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
                 as_json.add(name)  # mixed types inside this batch already
                 types.setdefault(name, pa.string())
@@ -168,7 +172,8 @@ def to_arrow(batch: list[dict[str, Any]], schema: Schema) -> Any:
         if f.name in json_columns:
             values = [None if v is None else _dumps(v).decode() for v in values]
         try:
-            arrays.append(pa.array(values, type=f.type))
+            built = plain_array(values, f.type)
+            arrays.append(pa.array(values, type=f.type) if built is None else built)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
             raise FormatError(f"column {f.name!r} cannot be written as {f.type}: {exc}") from None
     return pa.RecordBatch.from_arrays(arrays, schema=schema.arrow)
@@ -259,27 +264,41 @@ def _write_parquet(batches: Iterator[list[dict[str, Any]]], schema: Schema, path
 
 
 def _write_hf(batches: Iterator[list[dict[str, Any]]], schema: Schema, path: Path) -> None:
-    # An Arrow stream file is what datasets itself writes; Dataset.from_file memory-maps it and
-    # save_to_disk copies it into the standard layout (arrow shards, dataset_info.json,
-    # state.json), so the rows never sit in Python memory.
-    import datasets
+    # The rows go to an Arrow stream file, what datasets itself writes. When datasets would
+    # write it as it is, the stream becomes the data file of the directory (``hf_layout``: no
+    # datasets import); else Dataset.from_file memory-maps it and save_to_disk copies it into
+    # the standard layout. Either way the rows never sit in Python memory.
     import pyarrow as pa
 
-    path.mkdir(parents=True)
+    layout = HfLayout.for_schema(schema.arrow)
     stream = path.with_name(path.name + ".arrow")
+    rows: list[int] = []
+    nbytes = 0
     try:
-        with pa.OSFile(str(stream), "wb") as sink, pa.ipc.new_stream(sink, schema.arrow) as w:
+        arrow_schema = schema.arrow if layout is None else layout.arrow
+        with pa.OSFile(str(stream), "wb") as sink, pa.ipc.new_stream(sink, arrow_schema) as w:
             for batch in batches:
-                w.write_batch(to_arrow(batch, schema))
-        dataset = datasets.Dataset.from_file(str(stream))
-        shutil.rmtree(path)  # save_to_disk wants to create it
-        # No rows would make save_to_disk write zero Arrow files, which load_from_disk rejects.
-        shards = 1 if dataset.num_rows == 0 else None
-        with _quiet_datasets():  # its progress bar would garble the command's own output
-            dataset.save_to_disk(str(path), num_shards=shards)
-        del dataset  # drop the memory map before the file goes
+                record_batch = to_arrow(batch, schema)
+                rows.append(record_batch.num_rows)
+                nbytes += record_batch.nbytes
+                w.write_batch(record_batch)
+        if layout is not None and HfLayout.fits_one_file(rows, nbytes):
+            layout.install(stream, path)
+        else:
+            _save_with_datasets(stream, path)
     finally:
         stream.unlink(missing_ok=True)
+
+
+def _save_with_datasets(stream: Path, path: Path) -> None:
+    import datasets
+
+    dataset = datasets.Dataset.from_file(str(stream))
+    # No rows would make save_to_disk write zero Arrow files, which load_from_disk rejects.
+    shards = 1 if dataset.num_rows == 0 else None
+    with _quiet_datasets():  # its progress bar would garble the command's own output
+        dataset.save_to_disk(str(path), num_shards=shards)
+    del dataset  # drop the memory map before the file goes
 
 
 @contextmanager
