@@ -134,7 +134,10 @@ def test_every_config_field_has_a_description() -> None:
 def _commands(command: click.Command, path: str) -> Iterator[tuple[str, click.Command]]:
     yield path, command
     if isinstance(command, click.Group):
-        for name, sub in sorted(command.commands.items()):
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):  # a lazy group imports each as it is asked
+            sub = command.get_command(ctx, name)
+            assert sub is not None, f"{path} lists {name} but cannot load it"
             yield from _commands(sub, f"{path} {name}")
 
 

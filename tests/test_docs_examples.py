@@ -201,7 +201,7 @@ def _unknown_options(words: list[str]) -> list[str]:
                 isinstance(param, click.Option) and not param.is_flag and "=" not in word
             )
         elif isinstance(command, click.Group):
-            sub = command.commands.get(word)
+            sub = command.get_command(click.Context(command), word)
             if sub is None:
                 return [*problems, f"{word} (not a command of {command.name})"]
             command = sub

@@ -24,10 +24,16 @@ def commands(
 ) -> Iterator[tuple[click.Command, click.Context]]:
     """``command`` and every visible subcommand below it, depth first, by name."""
     yield command, ctx
-    if isinstance(command, click.Group):
-        for name, sub in sorted(command.commands.items()):
-            if not sub.hidden:
-                yield from commands(sub, click.Context(sub, info_name=name, parent=ctx))
+    for name, sub in subcommands(command, ctx):
+        yield from commands(sub, click.Context(sub, info_name=name, parent=ctx))
+
+
+def subcommands(command: click.Command, ctx: click.Context) -> list[tuple[str, click.Command]]:
+    """The visible subcommands of a group, by name (asked for: a lazy group imports them)."""
+    if not isinstance(command, click.Group):
+        return []
+    found = [(name, command.get_command(ctx, name)) for name in command.list_commands(ctx)]
+    return sorted((name, sub) for name, sub in found if sub is not None and not sub.hidden)
 
 
 def undocumented(command: click.Command, ctx: click.Context) -> list[str]:
@@ -98,7 +104,7 @@ def section(command: click.Command, ctx: click.Context) -> str:
         lines += ["| `-h`, `--help` | flag |  | Show the command's help and exit. |", ""]
     if isinstance(command, click.Group):
         lines += ["Commands:", ""]
-        for name, sub in sorted(command.commands.items()):
+        for name, sub in subcommands(command, ctx):
             anchor = f"{ctx.command_path} {name}".replace(" ", "-")
             lines.append(f"- [`{name}`](#{anchor}): {sub.get_short_help_str(limit=200)}")
         lines.append("")
