@@ -41,22 +41,19 @@ _VALUE_DTYPES = {
 _VERSION = re.compile(r"^__version__ = [\"'](\d+)\.", re.MULTILINE)
 
 
-class _Unsupported(Exception):
-    pass
-
-
-def _feature(arrow_type: Any) -> Any:
-    """The ``datasets`` feature of one column type, as ``Features.to_dict`` writes it."""
+def _feature(arrow_type: Any) -> Any | None:
+    """The ``datasets`` feature of one column type, as ``Features.to_dict`` writes it;
+    ``None`` when only ``datasets`` knows how to write that type."""
     import pyarrow as pa
 
     if pa.types.is_struct(arrow_type):
-        return {field.name: _feature(field.type) for field in arrow_type}
+        fields = {field.name: _feature(field.type) for field in arrow_type}
+        return None if None in fields.values() else fields
     if pa.types.is_list(arrow_type):
-        return {"feature": _feature(arrow_type.value_type), "_type": "List"}
+        inner = _feature(arrow_type.value_type)
+        return None if inner is None else {"feature": inner, "_type": "List"}
     dtype = _VALUE_DTYPES.get(str(arrow_type))
-    if dtype is None:
-        raise _Unsupported(str(arrow_type))
-    return {"dtype": dtype, "_type": "Value"}
+    return None if dtype is None else {"dtype": dtype, "_type": "Value"}
 
 
 def _datasets_writes_lists_as_list() -> bool:
@@ -85,11 +82,8 @@ class HfLayout:
     def for_schema(cls, schema: Any) -> HfLayout | None:
         """The layout for ``schema`` (a ``pyarrow.Schema``), or ``None`` when only
         ``datasets`` may write it."""
-        try:
-            features = {field.name: _feature(field.type) for field in schema}
-        except _Unsupported:
-            return None
-        if not _datasets_writes_lists_as_list():
+        features = {field.name: _feature(field.type) for field in schema}
+        if None in features.values() or not _datasets_writes_lists_as_list():
             return None
         metadata = {"huggingface": json.dumps({"info": {"features": features}})}
         return cls(features, schema.with_metadata(metadata))
