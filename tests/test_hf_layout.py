@@ -106,3 +106,14 @@ def test_publishing_an_hf_shard_does_not_import_datasets(tmp_path: Path) -> None
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_a_type_only_datasets_knows_is_left_to_it() -> None:
+    import pyarrow as pa
+
+    assert HfLayout.for_schema(pa.schema([("t", pa.timestamp("s"))])) is None
+    nested = pa.struct([("ok", pa.string()), ("when", pa.date32())])
+    assert HfLayout.for_schema(pa.schema([("row", nested)])) is None
+    assert HfLayout.for_schema(pa.schema([("items", pa.list_(pa.date32()))])) is None
+    plain = HfLayout.for_schema(pa.schema([("text", pa.string()), ("n", pa.int64())]))
+    assert plain is not None and set(plain.features) == {"text", "n"}
