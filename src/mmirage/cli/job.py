@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -45,6 +45,22 @@ def _client(job: BatchJob) -> LLM:
     return LLM(model=job.model, message_format=job.provider, base_url=job.base_url or None)
 
 
+def _on_job(
+    job_file: Path, action: Callable[[LLM, BatchJob], Awaitable[T]]
+) -> tuple[BatchJob, T]:
+    """Load the job, run ``action`` with a client for its provider, save the job it updated;
+    the job and what ``action`` returned."""
+
+    async def work() -> tuple[BatchJob, T]:
+        handle = _load(job_file)
+        async with _client(handle) as llm:
+            result = await action(llm, handle)
+        handle.save(job_file)
+        return handle, result
+
+    return _run(work)
+
+
 def _print_status(job: BatchJob, status: BatchJobStatus) -> None:
     click.echo(f"{job.provider} job, model {job.model}: {status}")
     for batch in job.batches:
@@ -68,14 +84,8 @@ def status(job_file: Path) -> None:
     JOB_FILE is the job's handle, written by BatchJob.save().
     """
 
-    async def work() -> None:
-        handle = _load(job_file)
-        async with _client(handle) as llm:
-            result = await llm.poll_batch(handle)
-        handle.save(job_file)
-        _print_status(handle, result)
-
-    _run(work)
+    handle, result = _on_job(job_file, lambda llm, job: llm.poll_batch(job))
+    _print_status(handle, result)
 
 
 @job.command()
@@ -129,14 +139,8 @@ def cancel(job_file: Path) -> None:
     JOB_FILE is the job's handle, written by BatchJob.save().
     """
 
-    async def work() -> None:
-        handle = _load(job_file)
-        async with _client(handle) as llm:
-            result = await llm.cancel_batch(handle)
-        handle.save(job_file)
-        _print_status(handle, result)
-
-    _run(work)
+    handle, result = _on_job(job_file, lambda llm, job: llm.cancel_batch(job))
+    _print_status(handle, result)
 
 
 @job.command()
@@ -147,12 +151,5 @@ def resubmit(job_file: Path) -> None:
     JOB_FILE is the job's handle, written by BatchJob.save().
     """
 
-    async def work() -> int:
-        handle = _load(job_file)
-        async with _client(handle) as llm:
-            count = await llm.resubmit_failed(handle)
-        handle.save(job_file)
-        return count
-
-    count = _run(work)
+    _, count = _on_job(job_file, lambda llm, job: llm.resubmit_failed(job))
     click.echo(f"resubmitted {count} items" if count else "nothing to resubmit")
