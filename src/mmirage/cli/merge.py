@@ -16,10 +16,20 @@ import click
 
 from mmirage.cli.errors import exit_on_errors, os_failure
 from mmirage.cli.merge_report import report
-from mmirage.cli.options import config_params, config_path, load
+from mmirage.cli.options import config_params, config_path, load, metadata_paths_option
 
-_FORMAT = click.Choice(["hf", "jsonl", "parquet"], case_sensitive=False)
-_FORMAT_HELP = "hf: a datasets save_to_disk directory (the original's format), or one file."
+# Both merge commands write their result the same ways.
+_ALLOW_PARTIAL = click.option(
+    "--allow-partial", is_flag=True, help="Merge even if some shards are missing."
+)
+_FORMAT = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["hf", "jsonl", "parquet"], case_sensitive=False),
+    default="hf",
+    show_default=True,
+    help="hf: a datasets save_to_disk directory (the original's format), or one file.",
+)
 
 
 @click.command("merge")
@@ -32,21 +42,15 @@ _FORMAT_HELP = "hf: a datasets save_to_disk directory (the original's format), o
     default=None,
     help="Write dataset D to ROOT/<name of D's output_dir> [default: <output_dir>/merged].",
 )
-@click.option("--allow-partial", is_flag=True, help="Merge even if some shards are missing.")
-@click.option("--format", "fmt", type=_FORMAT, default="hf", show_default=True, help=_FORMAT_HELP)
+@_ALLOW_PARTIAL
+@_FORMAT
 @click.option(
     "--output-path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="batch_api configs: the single ordered JSONL file the results are merged into.",
 )
-@click.option(
-    "--metadata-path",
-    "metadata_paths",
-    multiple=True,
-    metavar="PATH",
-    help="batch_api configs: a receipt file to read (repeatable) [default: the config's].",
-)
+@metadata_paths_option("read")
 @click.option("--wait", is_flag=True, help="batch_api configs: wait until every batch ends.")
 def merge(
     config: Path | None,
@@ -87,8 +91,8 @@ def merge(
     default=None,
     help="Where to write [default: DIRECTORY/merged].",
 )
-@click.option("--allow-partial", is_flag=True, help="Merge even if some shards are missing.")
-@click.option("--format", "fmt", type=_FORMAT, default="hf", show_default=True, help=_FORMAT_HELP)
+@_ALLOW_PARTIAL
+@_FORMAT
 def merge_dir_command(
     directory: Path | None,
     input_dir: Path | None,

@@ -47,6 +47,18 @@ def config_params(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+def metadata_paths_option(verb: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--metadata-path`` (repeatable) of the batch_api commands; ``verb`` says what they do
+    with each receipt file."""
+    return click.option(
+        "--metadata-path",
+        "metadata_paths",
+        multiple=True,
+        metavar="PATH",
+        help=f"batch_api configs: a receipt file to {verb} (repeatable) [default: the config's].",
+    )
+
+
 def has_batch_api(cfg: MMirageConfig) -> bool:
     """Batch mode: check, merge and retry follow provider batches instead of shards."""
     return any(p.type == "batch_api" for p in cfg.processors)

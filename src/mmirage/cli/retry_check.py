@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from mmirage.cli.errors import exit_on_errors
-from mmirage.cli.options import config_params, config_path, load
+from mmirage.cli.options import config_params, config_path, load, metadata_paths_option
 from mmirage.cli.run import RUN_ID_OPTION, new_run_id
 
 
@@ -70,13 +70,7 @@ def retry(
 
 @click.command("check")
 @config_params
-@click.option(
-    "--metadata-path",
-    "metadata_paths",
-    multiple=True,
-    metavar="PATH",
-    help="batch_api configs: a receipt file to check (repeatable) [default: the config's].",
-)
+@metadata_paths_option("check")
 @click.option("--wait", is_flag=True, help="batch_api configs: poll until every batch has ended.")
 @click.option(
     "--retry", "retry_failed", is_flag=True, help="slurm mode: resubmit failed and dead shards."
