@@ -201,7 +201,9 @@ def test_kill_resume_sequence_keeps_counters_consistent(tmp_path: Path) -> None:
     config = cli_config(tmp_path, num_shards=1)
 
     # 1. kill -9 mid-shard: status.json stays "running", and check reports it stale.
-    first = start("run", str(config), delay=0.15)
+    # 0.4 s a row: checkpoints come every second (and at the first row), so each run still
+    # has rows to go when it is stopped.
+    first = start("run", str(config), delay=0.4)
     wait_for(lambda: checkpointed(tmp_path) >= 3, "3 checkpointed rows")
     first.send_signal(signal.SIGKILL)
     first.communicate()
@@ -210,7 +212,7 @@ def test_kill_resume_sequence_keeps_counters_consistent(tmp_path: Path) -> None:
 
     # 2. resume, then SIGTERM mid-way: recorded as failed ("interrupted"), counters >= 0.
     at_start = checkpointed(tmp_path)
-    second = start("run", str(config), delay=0.15)
+    second = start("run", str(config), delay=0.4)
     wait_for(lambda: checkpointed(tmp_path) >= at_start + 2, "2 more checkpointed rows")
     second.send_signal(signal.SIGTERM)
     second.communicate(timeout=60)

@@ -73,7 +73,7 @@ class LoadingParams:
     `--shard-id` names."""
     batch_size: PositiveInt = 1
     """Rows handed to the processors at a time (more when a processor asks for more to stay
-    busy); each group is checkpointed when it is done."""
+    busy). Finished rows are checkpointed once a second, whatever the group size."""
     output_dir: str = ""
     """Unused, accepted so that the original MMIRAGE's configs load: each dataset has its own
     `output_dir`."""

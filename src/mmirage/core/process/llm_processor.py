@@ -18,6 +18,7 @@ from mmirage.config.errors import ConfigError
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor
 from mmirage.core.process.server_launcher import LaunchedServer, launch_server, pick_engine
 from mmirage.core.process.server_launcher import wants_server as _wants_server
+from mmirage.core.process.shared_stream import SharedStream
 
 if TYPE_CHECKING:  # llm_kit and pydantic are imported when a processor is built, not before
     from pydantic import BaseModel
@@ -133,8 +134,10 @@ class LLMProcessor(Processor):
             if self.server is not None:
                 self.server.stop()
             raise
-        # One connection pool for every group of rows of the shard, until aclose.
+        # One connection pool for every group of rows of the shard, until aclose, and one
+        # pool of requests over it for the groups in flight.
         self.llm.keep_open()
+        self._requests = SharedStream(self.llm)
         # One pydantic model per (output, schema): building them is not free and rows are many.
         self._models: dict[tuple[str, Any], type[BaseModel]] = {}
 
@@ -173,11 +176,17 @@ class LLMProcessor(Processor):
                 items.append(item_or_error)
         if items:
             # A rejected API key (401) raises from here: that is not one row's failure.
-            async for result in self.llm.batch_stream(items):
-                yield result.metadata["index"], _to_output_result(result)
+            async for batch in self._requests.results(items):
+                for result in batch:
+                    yield result.metadata["index"], _to_output_result(result)
+
+    async def finish(self) -> str | None:
+        await self._requests.stop()  # every group is done: the pool's workers can go
+        return None
 
     async def aclose(self) -> None:
         try:
+            await self._requests.cancel()
             await self.llm.aclose()
         finally:
             if self.server is not None:
@@ -227,11 +236,13 @@ def _to_output_result(result: Any) -> OutputResult:
         if result.error_kind and result.error_kind not in error:
             error = f"{error} ({result.error_kind})"
         out.error, out.retryable = error, result.retryable
+    elif isinstance(result.response, str):
+        # Plain outputs are stripped, as the reference pipeline's outputs are.
+        out.value = result.response.strip()
     elif hasattr(result.response, "model_dump"):
         # JSON outputs: the validated answer as a dict keyed by the schema's own field names.
         out.value = result.response.model_dump(by_alias=True)
     else:
-        # Plain outputs are stripped, as the reference pipeline's outputs are.
         out.value = str(result.response).strip()
     return out
 

@@ -1,7 +1,7 @@
 """One dataset of a shard, from its checkpoint to its published file: rows are read, handed to
-the processors a group at a time (two groups in flight), appended to the part file and
-checkpointed per group, in order, while the next groups run; results are journaled as they
-arrive."""
+the processors a group at a time (two groups in flight) and appended to the part file, in
+order, while the next groups run; results are journaled as they arrive, and the part file is
+checkpointed every so often (``landing``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from llm_kit.gcquiet import quiet_gc
 from mmirage.core.loader import DatasetShard
 from mmirage.core.process.base import Processor
 from mmirage.core.shard.journal import ResultJournal
+from mmirage.core.shard.landing import Landing
 from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.progress import RowProgress
 from mmirage.core.shard.reading import Item, rows_from
@@ -22,8 +23,7 @@ from mmirage.core.shard.recovery import locator
 from mmirage.core.shard.report import ShardReport
 from mmirage.core.shard.rows import RowWorker
 from mmirage.core.shard.state import ShardStatus
-from mmirage.core.shard.tally import tally
-from mmirage.rundir import COUNTERS, ERRORS, ROW_KEY, journal_path
+from mmirage.rundir import journal_path
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -89,23 +89,10 @@ async def run_dataset(
     # that fsync, so the connections never wait for the disk.
     landing: asyncio.Task[None] | None = None
 
+    lands = Landing(out, ckpt, journal, status, report)
+
     def start(group: list[tuple[int, Item]]) -> None:
         in_flight.append((group, asyncio.create_task(worker.process([i for _, i in group]))))
-
-    async def land(group: list[tuple[int, Item]], records: list[dict[str, Any]]) -> None:
-        out.append(records)
-        for rec in records:
-            tally(ckpt, rec)
-            if rec[ERRORS] is not None and report.first_row_error is None:
-                where, why = next(iter(rec[ERRORS].items()))
-                report.first_row_error = f"row {rec[ROW_KEY]} ({where}): {why}"
-        ckpt.range_index, last = group[-1][0], group[-1][1]
-        ckpt.next_row_id = last.row_id + 1
-        # fsync in a thread: the loop keeps reading (and journaling) answers meanwhile.
-        await asyncio.to_thread(out.checkpoint, ckpt)
-        journal.settle([rec[ROW_KEY] for rec in records])
-        status.update_counters({k: report.counters()[k] + getattr(ckpt, k) for k in COUNTERS})
-        status.beat()
 
     async def land_oldest() -> None:
         nonlocal landing
@@ -113,7 +100,7 @@ async def run_dataset(
         records = await task
         if landing is not None:
             await landing  # groups land in order
-        landing = asyncio.create_task(land(group, records))
+        landing = asyncio.create_task(lands.land(group, records))
 
     group: list[tuple[int, Item]] = []
     # One quiet collector for the whole dataset, not one per group (llm_kit's sinks each take
@@ -138,7 +125,7 @@ async def run_dataset(
                 note = await proc.finish()
                 if note:
                     report.notes.append(note)
-            out.publish(ckpt)
+            lands.publish()
         finally:
             bar.close()
             for _, task in in_flight:
@@ -149,6 +136,12 @@ async def run_dataset(
                 await asyncio.wait([landing])
                 if not landing.cancelled():
                     landing.exception()  # retrieved: asyncio would log it as lost
+            if not ckpt.complete and (landing is None or not _failed(landing)):
+                lands.checkpoint_now()
             journal.close(remove=ckpt.complete)
     report.add(ckpt)
     return ckpt
+
+
+def _failed(task: asyncio.Task[None]) -> bool:
+    return task.cancelled() or task.exception() is not None

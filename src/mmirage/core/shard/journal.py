@@ -52,7 +52,8 @@ class ResultJournal:
         self._rewrite()
 
     def get(self, key: str, output: str) -> OutputResult | None:
-        line = self._live.get(key, {}).get(output)
+        entries = self._live.get(key)
+        line = None if entries is None else entries.get(output)
         if line is None:
             return None
         entry = orjson.loads(line)

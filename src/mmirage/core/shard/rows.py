@@ -66,6 +66,7 @@ class RowWorker:
         self.offsets = offsets
         self.procs = procs
         self.journal = journal
+        self.dataset_index = shard.dataset_index  # read per row: a plain attribute
         self.extractor = VariableExtractor.for_params(pp, shard.source.image_base_path)
         self.image_names = [i.name for i in pp.inputs if i.type == "image"]
         self.renderer = OutputRenderer(pp.output_schema, remove_columns=pp.remove_columns)
@@ -75,7 +76,7 @@ class RowWorker:
         self.batch_outputs = [n for n in self.renderer.variables if n in batch]
 
     def key_of(self, item: Item) -> str:
-        return f"{self.shard.dataset_index}:{item.split or ''}:{item.row_id}"
+        return f"{self.dataset_index}:{item.split or ''}:{item.row_id}"
 
     async def process(self, items: list[Item]) -> list[dict[str, Any]]:
         records: list[dict[str, Any] | None] = [None] * len(items)
@@ -92,7 +93,7 @@ class RowWorker:
                 records[index] = self._failed(self.key_of(item), item.data, {"__row__": str(exc)})
                 self.count.finish(failed=True)
                 continue
-            source_index = self.offsets[(self.shard.dataset_index, item.split)] + item.row_id
+            source_index = self.offsets[(self.dataset_index, item.split)] + item.row_id
             live.append(_RowWork(index, self.key_of(item), source_index, item.data, variables))
         for output in self.config.processing_params.outputs:
             await self._output(output, [w for w in live if output.name not in w.errors])
@@ -194,7 +195,8 @@ class RowWorker:
     def _meta(self, w: _RowWork) -> dict[str, Any]:
         usage = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens}
         meta: dict[str, Any] = {ROW_KEY: w.key, ERRORS: w.errors or None, USAGE: usage}
-        if any(is_placeholder(w.variables.get(n)) for n in self.batch_outputs):
+        batch = self.batch_outputs
+        if batch and any(is_placeholder(w.variables.get(n)) for n in batch):
             meta[VARS] = {n: w.variables[n] for n in self.renderer.variables if n in w.variables}
         if w.errors and w.retryable.issuperset(w.errors):
             meta[RETRY] = retry_marker(w.variables, w.paid, w.input_tokens, w.output_tokens)

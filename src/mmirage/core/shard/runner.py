@@ -216,9 +216,11 @@ async def _arun_shard_locked(
             raise
         finally:
             beating.cancel()
-    report.runtime_seconds = time.monotonic() - started
-    status.update_counters(report.counters())
-    status.finish(None, _stats(report))
+        # Recorded before the processors close (a launched server takes seconds to stop): a
+        # SIGTERM then must not leave a published shard "running".
+        report.runtime_seconds = time.monotonic() - started
+        status.update_counters(report.counters())
+        status.finish(None, _stats(report))
     return report
 
 

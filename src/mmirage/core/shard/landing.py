@@ -1,0 +1,92 @@
+"""Where a dataset's finished groups land: appended to the part file in order, counted, and
+checkpointed: the first group at once, then every ``CHECKPOINT_SECONDS``, and when the run
+stops.
+
+A checkpoint costs two fsyncs and a hand-off to a thread; one per group measured ~8 % of a
+fast run. What lands between two checkpoints is safe all the same: every answer is in the
+journal already, so a run that resumes after a kill rebuilds those rows without a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from mmirage.core.shard.journal import ResultJournal
+from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
+from mmirage.core.shard.reading import Item
+from mmirage.core.shard.report import ShardReport
+from mmirage.core.shard.state import ShardStatus
+from mmirage.core.shard.tally import tally
+from mmirage.rundir import COUNTERS, ERRORS, ROW_KEY
+
+logger = logging.getLogger("mmirage.core.shard.runner")
+
+CHECKPOINT_SECONDS = 1.0  # between two checkpoints of a part file
+
+
+class Landing:
+    """One dataset's part file, its checkpoint and what the shard's status says of it."""
+
+    def __init__(
+        self,
+        out: ShardOutput,
+        ckpt: ShardCheckpoint,
+        journal: ResultJournal,
+        status: ShardStatus,
+        report: ShardReport,
+    ) -> None:
+        self.out, self.ckpt, self.journal = out, ckpt, journal
+        self.status, self.report = status, report
+        self._unsettled: list[str] = []  # rows appended since the last checkpoint
+        self._last = -CHECKPOINT_SECONDS  # the first group is checkpointed at once: progress shows
+
+    async def land(self, group: list[tuple[int, Item]], records: list[dict[str, Any]]) -> None:
+        """Append a group's records (groups come in order); checkpoint if it is time."""
+        ckpt, report = self.ckpt, self.report
+        self.out.append(records)
+        for rec in records:
+            tally(ckpt, rec)
+            self._unsettled.append(rec[ROW_KEY])
+            if rec[ERRORS] is not None and report.first_row_error is None:
+                where, why = next(iter(rec[ERRORS].items()))
+                report.first_row_error = f"row {rec[ROW_KEY]} ({where}): {why}"
+        ckpt.range_index, last = group[-1][0], group[-1][1]
+        ckpt.next_row_id = last.row_id + 1
+        if time.monotonic() - self._last >= CHECKPOINT_SECONDS:
+            # fsync in a thread: the loop keeps reading (and journaling) answers meanwhile.
+            await asyncio.to_thread(self.out.checkpoint, self.ckpt)
+            self._settled()
+
+    def publish(self) -> None:
+        """Checkpoint every row (the status counts them even if publishing fails), then
+        publish the part file."""
+        if self._unsettled:
+            self.out.checkpoint(self.ckpt)
+            self._settled()
+        self.out.publish(self.ckpt)
+
+    def checkpoint_now(self) -> None:
+        """On the way out of an interrupted run: record what landed, so that its status
+        counts those rows and a resume starts after them. A failure here only means the
+        resume starts earlier (the journal has the answers): the run's own error goes on."""
+        if not self._unsettled:
+            return
+        try:
+            self.out.checkpoint(self.ckpt)
+            self._settled()
+        except Exception:
+            logger.debug("no checkpoint on the way out", exc_info=True)
+
+    def _settled(self) -> None:
+        self._last = time.monotonic()
+        self.journal.settle(self._unsettled)
+        self._unsettled.clear()
+        counters = self.report.counters()
+        self.status.update_counters({k: counters[k] + getattr(self.ckpt, k) for k in COUNTERS})
+        self.status.beat()
+
+
+__all__ = ["CHECKPOINT_SECONDS", "Landing"]

@@ -1,0 +1,231 @@
+"""One request pool for the groups an ``llm`` processor has in flight (``SharedStream``),
+against a real HTTP server on 127.0.0.1 that counts the requests it holds at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from llm_kit import LLM, BatchConfig, BatchItem, Message
+from llm_kit.errors import ProviderError
+from mmirage.config.processing_params import LLMOutput
+from mmirage.config.processors import LLMProcessorConfig
+from mmirage.config.validation import build
+from mmirage.core.process.base import OutputRequest
+from mmirage.core.process.llm_processor import LLMProcessor
+from mmirage.core.process.shared_stream import GROUP, SharedStream
+
+CONCURRENCY = 4
+
+
+class CountingServer:
+    """An OpenAI-compatible chat endpoint that answers after ``delay`` seconds, echoing the
+    prompt, and remembers the most requests it held at once."""
+
+    def __init__(self, delay: float = 0.02, status: int = 200) -> None:
+        self.delay, self.status = delay, status
+        self.active = self.peak = self.served = 0
+
+    async def chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.active -= 1
+        self.served += 1
+        if self.status != 200:
+            error = {"message": "bad key", "type": "invalid_request_error"}
+            return web.json_response({"error": error}, status=self.status)
+        text = body["messages"][-1]["content"]
+        return web.json_response(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": f"echo:{text}"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )
+
+
+async def serve(server: CountingServer) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", server.chat)
+    runner = web.AppRunner(app, handler_cancellation=True)  # a client that hangs up ends it
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}/v1"
+
+
+def client(base_url: str) -> LLM:
+    config = BatchConfig(worker_concurrency=CONCURRENCY, max_retries=0)
+    llm = LLM(model="m", base_url=base_url, api_key="sk-test", config=config)
+    llm.keep_open()
+    return llm
+
+
+def items(prefix: str, n: int) -> list[BatchItem]:
+    return [BatchItem(f"{prefix}{i}", [Message.user(f"{prefix}{i}")]) for i in range(n)]
+
+
+async def collect(stream: SharedStream, batch: list[BatchItem]) -> list[str]:
+    got: list[str] = []
+    async for results in stream.results(batch):
+        got += [r.id for r in results]
+    return got
+
+
+async def with_server(server: CountingServer) -> tuple[web.AppRunner, LLM, SharedStream]:
+    runner, url = await serve(server)
+    llm = client(url)
+    return runner, llm, SharedStream(llm)
+
+
+def test_groups_in_flight_share_one_pool_and_get_their_own_results() -> None:
+    async def main() -> None:
+        server = CountingServer()
+        runner, llm, stream = await with_server(server)
+        try:
+            a, b = items("a", 20), items("b", 20)
+            got_a, got_b = await asyncio.gather(collect(stream, a), collect(stream, b))
+            await stream.stop()
+        finally:
+            await llm.aclose()
+            await runner.cleanup()
+        assert sorted(got_a) == sorted(i.id for i in a)
+        assert sorted(got_b) == sorted(i.id for i in b)
+        # Two groups, one pool of worker_concurrency requests, all of it used.
+        assert server.peak == CONCURRENCY
+        assert all(GROUP in i.metadata for i in a + b)
+
+    asyncio.run(main())
+
+
+def test_a_rejected_key_is_raised_to_every_group_waiting() -> None:
+    async def main() -> None:
+        server = CountingServer(status=401)
+        runner, llm, stream = await with_server(server)
+        try:
+            outcomes = await asyncio.gather(
+                collect(stream, items("a", 6)),
+                collect(stream, items("b", 6)),
+                return_exceptions=True,
+            )
+            with pytest.raises(ProviderError, match="rejected"):
+                await stream.stop()
+        finally:
+            await llm.aclose()
+            await runner.cleanup()
+        assert all(isinstance(o, ProviderError) and o.status == 401 for o in outcomes), outcomes
+
+    asyncio.run(main())
+
+
+def test_a_group_that_stops_early_leaves_the_others_whole() -> None:
+    async def main() -> None:
+        server = CountingServer()
+        runner, llm, stream = await with_server(server)
+        try:
+
+            async def first_batch_only() -> None:
+                async for _ in stream.results(items("a", 12)):
+                    break
+
+            await first_batch_only()
+            got = await collect(stream, items("b", 12))
+            await stream.stop()
+        finally:
+            await llm.aclose()
+            await runner.cleanup()
+        assert sorted(got) == sorted(f"b{i}" for i in range(12))
+
+    asyncio.run(main())
+
+
+def test_after_stop_or_on_a_new_event_loop_a_new_pool_starts() -> None:
+    server = CountingServer(delay=0.0)
+    shared: dict[str, SharedStream] = {}
+
+    async def run_once(n: int) -> list[str]:
+        runner, url = await serve(server)
+        llm = client(url)
+        stream = shared.setdefault("stream", SharedStream(llm))
+        stream.llm = llm  # this loop's client: a client's connections belong to one loop
+        try:
+            got = await collect(stream, items(f"r{n}-", 5))
+            if n == 0:
+                return got  # no stop(): the pool of a loop that ends is left behind
+            await stream.stop()
+            return got + await collect(stream, items(f"s{n}-", 3))
+        finally:
+            await stream.cancel()
+            await llm.aclose()
+            await runner.cleanup()
+
+    assert len(asyncio.run(run_once(0))) == 5
+    assert len(asyncio.run(run_once(1))) == 8
+
+
+def test_cancel_abandons_requests_in_flight() -> None:
+    async def main() -> None:
+        server = CountingServer(delay=5.0)
+        runner, llm, stream = await with_server(server)
+        try:
+            waiting = asyncio.create_task(collect(stream, items("a", 3)))
+            while server.active < 3:
+                await asyncio.sleep(0.01)
+            await asyncio.wait_for(stream.cancel(), timeout=2)
+            with pytest.raises(RuntimeError, match="pool ended"):
+                await asyncio.wait_for(waiting, timeout=2)
+        finally:
+            await llm.aclose()
+            await runner.cleanup()
+        assert server.served == 0
+
+    asyncio.run(main())
+
+
+def test_an_llm_processor_holds_worker_concurrency_requests_over_two_groups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the shard runner does: two groups in flight through one processor."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
+    async def main() -> None:
+        server = CountingServer()
+        runner, url = await serve(server)
+        raw = {"type": "llm", "base_url": url, "model": "m", "worker_concurrency": CONCURRENCY}
+        processor = LLMProcessor(build(LLMProcessorConfig, raw, ("processors", 0), "t.yaml"))
+        output = LLMOutput(name="answer", prompt="{{ text }}")
+        try:
+            first, second = await asyncio.gather(
+                processor.process(output, requests("a", 16)),
+                processor.process(output, requests("b", 16)),
+            )
+            assert await processor.finish() is None
+            third = await processor.process(output, requests("c", 3))  # a new pool
+        finally:
+            await processor.aclose()
+            await runner.cleanup()
+        assert [r.value for r in first] == [f"echo:a{i}" for i in range(16)]
+        assert [r.value for r in second] == [f"echo:b{i}" for i in range(16)]
+        assert [r.value for r in third] == [f"echo:c{i}" for i in range(3)]
+        assert server.peak == CONCURRENCY
+
+    asyncio.run(main())
+
+
+def requests(prefix: str, n: int) -> list[OutputRequest]:
+    return [OutputRequest(f"0::{prefix}{i}", "answer", f"{prefix}{i}") for i in range(n)]
