@@ -4,8 +4,8 @@ Targets: the pipeline reaches >= 90 % of batch_to_jsonl's rows/s with JSONL shar
 (``output_format: jsonl``) and >= 85 % with HF ones (the default), on wall and on work alike.
 Both sides run as their own
 processes against one emulator process (echo responder, no latency) with the same
-worker_concurrency; runs alternate (batch, mmirage, batch, ...) so that drift on this shared
-machine hits both alike, and the medians are compared. Two figures per side: the wall time of
+worker_concurrency; runs alternate, each side taking each place in the order in turn, so that
+drift on this shared machine hits all alike, and the medians are compared. Two figures per side: the wall time of
 the whole process (interpreter start and imports included) and the work alone (batch_to_jsonl's
 own elapsed time; the shard's runtime_seconds from `mmirage run --stats`).
 """
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--child", nargs=4, metavar=("BASE_URL", "N", "OUT", "CONCURRENCY"))
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     if args.child:
         base_url, n, out, concurrency = args.child
@@ -145,10 +145,16 @@ def main() -> None:
         url = emu.openai_base_url
         configs = {fmt: write_config(tmp, fmt, data, url, c, fmt) for fmt in ("jsonl", "hf")}
         run_batch(url, 2000, tmp, c)  # warm-up (emulator, page cache)
-        for _ in range(args.rounds):
-            runs["batch"].append(run_batch(url, n, tmp, c))
-            for fmt, config in configs.items():
-                runs[fmt].append(run_mmirage(config, n))
+        sides = ["batch", *configs]
+        for round_ in range(args.rounds):
+            # Each side takes each place in the order in turn: what drifts within a round
+            # (the machine, the emulator) is shared out, not pinned on the last side.
+            first = round_ % len(sides)
+            for side in sides[first:] + sides[:first]:
+                if side == "batch":
+                    runs[side].append(run_batch(url, n, tmp, c))
+                else:
+                    runs[side].append(run_mmirage(configs[side], n))
 
     def med(side: str, k: int) -> float:
         return statistics.median(r[k] for r in runs[side])

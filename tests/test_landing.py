@@ -30,27 +30,37 @@ def count_checkpoints(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return written
 
 
+@pytest.mark.parametrize(
+    ("interval", "expected"),
+    [
+        # 10 rows in 5 groups: the first group; the third, as it lands (its row 4 has no
+        # text: a failed row); all of them before publishing (twice: the last landing's
+        # own, then publish's, which finds nothing new).
+        (3600.0, [2, 6, 10, 10]),
+        (0.0, [2, 4, 6, 8, 10, 10]),  # no interval: every group
+    ],
+)
 def test_the_first_group_is_checkpointed_at_once_then_one_per_interval(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interval: float, expected: list[int]
 ) -> None:
-    monkeypatch.setattr(landing, "CHECKPOINT_SECONDS", 3600.0)
+    monkeypatch.setattr(landing, "CHECKPOINT_SECONDS", interval)
     written = count_checkpoints(monkeypatch)
     config = make_config(tmp_path, batch_size=2, **ONE_OUTPUT)
     run_shard(config, 0, processors=procs(FakeProcessor()))
-    # 10 rows in 5 groups: the first group, then all of them before publishing (twice: the
-    # last landing's own, then publish's, which finds nothing new).
-    assert written == [2, 10, 10]
+    assert written == expected
     assert len(published(config)) == 10
 
 
-def test_with_no_interval_every_group_is_checkpointed(
+def test_a_group_with_a_failed_row_is_checkpointed_as_it_lands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(landing, "CHECKPOINT_SECONDS", 0.0)
+    """A failed answer is not journaled: were its row left to a later checkpoint, a kill
+    would have it requested (and a refusal paid for) again."""
+    monkeypatch.setattr(landing, "CHECKPOINT_SECONDS", 3600.0)
     written = count_checkpoints(monkeypatch)
     config = make_config(tmp_path, batch_size=2, **ONE_OUTPUT)
-    run_shard(config, 0, processors=procs(FakeProcessor()))
-    assert written[:5] == [2, 4, 6, 8, 10]
+    run_shard(config, 0, processors=procs(FakeProcessor(fail_keys=["0::7"])))
+    assert written == [2, 6, 8, 10, 10]  # groups 3 (row 4 has no text) and 4, as they land
 
 
 def test_a_failed_run_checkpoints_what_landed_and_its_status_counts_it(

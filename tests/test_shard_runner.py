@@ -506,3 +506,32 @@ def test_cli_run_check_and_merge_name_a_truncated_shard(tmp_path: Path) -> None:
     assert mmirage("check", str(config)).returncode == 0
     merged = mmirage("merge", str(config))
     assert merged.returncode == 0, merged.stderr
+
+
+class PlainIterator(Processor):
+    """A processor whose ``stream`` is an async iterator, not a generator (no ``aclose``)."""
+
+    def stream(self, output: Any, requests: Sequence[OutputRequest]) -> Any:
+        pairs = iter([(i, OutputResult(value=f"it:{r.prompt}")) for i, r in enumerate(requests)])
+
+        class Pairs:
+            def __aiter__(self) -> Pairs:
+                return self
+
+            async def __anext__(self) -> tuple[int, OutputResult]:
+                try:
+                    return next(pairs)
+                except StopIteration:
+                    raise StopAsyncIteration from None
+
+        return Pairs()
+
+    async def process(self, output: Any, requests: Sequence[OutputRequest]) -> list[OutputResult]:
+        raise AssertionError("streamed")
+
+
+def test_a_processor_may_stream_through_any_async_iterator(tmp_path: Path) -> None:
+    config = make_config(tmp_path, **ONE_OUTPUT)
+    run_shard(config, 0, processors={"llm": PlainIterator()})
+    rows = published(config)
+    assert [r["answer"] for r in rows][:2] == ["it:Q t0", "it:Q t1"]

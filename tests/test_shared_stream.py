@@ -4,6 +4,7 @@ against a real HTTP server on 127.0.0.1 that counts the requests it holds at onc
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 
 import pytest
 from aiohttp import web
@@ -133,17 +134,54 @@ def test_a_rejected_key_is_raised_to_every_group_waiting() -> None:
     asyncio.run(main())
 
 
-def test_a_group_that_stops_early_leaves_the_others_whole() -> None:
+def test_a_group_that_stops_early_sends_no_more_of_its_requests() -> None:
+    """A consumer that stops is a run that fails: what it has not sent yet is not paid."""
+
+    async def main() -> None:
+        server = CountingServer(delay=0.05)
+        runner, llm, stream = await with_server(server)
+        try:
+            async with aclosing(stream.results(items("a", 40))) as batches:
+                async for _ in batches:
+                    break
+            await asyncio.sleep(0.3)  # what was in flight has ended
+        finally:
+            await llm.aclose()
+            await runner.cleanup()
+        assert server.served < 2 * CONCURRENCY
+
+    asyncio.run(main())
+
+
+def test_a_group_that_stops_early_leaves_a_group_in_flight_whole() -> None:
     async def main() -> None:
         server = CountingServer()
         runner, llm, stream = await with_server(server)
         try:
 
             async def first_batch_only() -> None:
-                async for _ in stream.results(items("a", 12)):
-                    break
+                async with aclosing(stream.results(items("a", 12))) as batches:
+                    async for _ in batches:
+                        break
 
-            await first_batch_only()
+            got, _ = await asyncio.gather(collect(stream, items("b", 12)), first_batch_only())
+            await stream.stop()
+        finally:
+            await llm.aclose()
+            await runner.cleanup()
+        assert sorted(got) == sorted(f"b{i}" for i in range(12))
+
+    asyncio.run(main())
+
+
+def test_after_a_group_stopped_early_the_next_one_gets_a_new_pool() -> None:
+    async def main() -> None:
+        server = CountingServer()
+        runner, llm, stream = await with_server(server)
+        try:
+            async with aclosing(stream.results(items("a", 12))) as batches:
+                async for _ in batches:
+                    break
             got = await collect(stream, items("b", 12))
             await stream.stop()
         finally:

@@ -10,7 +10,8 @@ vLLM server for the shard (see ``server_launcher``), which ``aclose`` stops.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,7 +165,7 @@ class LLMProcessor(Processor):
 
     async def stream(
         self, output: Any, requests: Sequence[OutputRequest]
-    ) -> AsyncIterator[tuple[int, OutputResult]]:
+    ) -> AsyncGenerator[tuple[int, OutputResult], None]:
         """Each request's result as it arrives (the runner journals it at once)."""
         items: list[BatchItem] = []
         build = _ItemBuilder(output.name, self._response_model(output))
@@ -176,9 +177,10 @@ class LLMProcessor(Processor):
                 items.append(item_or_error)
         if items:
             # A rejected API key (401) raises from here: that is not one row's failure.
-            async for batch in self._requests.results(items):
-                for result in batch:
-                    yield result.metadata["index"], _to_output_result(result)
+            async with aclosing(self._requests.results(items)) as batches:
+                async for batch in batches:
+                    for result in batch:
+                        yield result.metadata["index"], _to_output_result(result)
 
     async def finish(self) -> str | None:
         await self._requests.stop()  # every group is done: the pool's workers can go

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,11 +22,13 @@ GROUP = "__group__"  # the item metadata key that says which group an item belon
 
 
 class _Group:
-    """The results of one group that its consumer has not taken yet."""
+    """The results of one group that its consumer has not taken yet, and the pool that
+    computes them."""
 
-    __slots__ = ("ready", "wakeup")
+    __slots__ = ("pump", "ready", "wakeup")
 
-    def __init__(self) -> None:
+    def __init__(self, pump: asyncio.Task[int]) -> None:
+        self.pump = pump
         self.ready: list[BatchResult] = []
         self.wakeup: asyncio.Future[None] | None = None
 
@@ -47,26 +49,30 @@ class SharedStream:
         self._groups: dict[int, _Group] = {}
         self._ids = itertools.count()
 
-    async def results(self, items: Sequence[BatchItem]) -> AsyncIterator[list[BatchResult]]:
+    async def results(self, items: Sequence[BatchItem]) -> AsyncGenerator[list[BatchResult], None]:
         """The items' results, in the batches they arrive in (items carry
-        ``metadata[GROUP]`` afterwards)."""
-        queue = self._running_queue()
-        group_id, group = next(self._ids), _Group()
+        ``metadata[GROUP]`` afterwards). A caller that stops early closes the generator
+        (``aclosing``): that stops the pool."""
+        queue, pump = self._running()
+        group_id, group = next(self._ids), _Group(pump)
         self._groups[group_id] = group
+        remaining = len(items)
         try:
             for item in items:
                 item.metadata[GROUP] = group_id
                 queue.put_nowait(item)
-            remaining = len(items)
             while remaining:
-                if not group.ready:
-                    await self._wait(group)
+                await self._wait(group)
                 batch, group.ready = group.ready, []
                 remaining -= len(batch)
                 yield batch
         finally:
-            # A caller that stops early leaves its other results nobody to go to.
             del self._groups[group_id]
+            if remaining and not self._groups and pump is self._pump and not pump.done():
+                # The last caller stopped early (a run that is failing): what it has not sent
+                # yet must not be paid for, so the pool stops (the next call starts another).
+                # With other callers still waiting, only its queued items are dropped.
+                self._abandon()
 
     async def stop(self) -> None:
         """End the pool once the queued items are done (then the next call starts a new one);
@@ -81,27 +87,30 @@ class SharedStream:
 
     async def cancel(self) -> None:
         """End the pool now, its requests in flight abandoned."""
+        pump = self._abandon()
+        if pump is not None:
+            await asyncio.gather(pump, return_exceptions=True)
+
+    def _abandon(self) -> asyncio.Task[int] | None:
         pump = self._pump
         self._pump = self._queue = None
         if pump is not None and not pump.done():
             pump.cancel()
-            await asyncio.gather(pump, return_exceptions=True)
+        return pump
 
-    def _running_queue(self) -> asyncio.Queue[BatchItem | None]:
+    def _running(self) -> tuple[asyncio.Queue[BatchItem | None], asyncio.Task[int]]:
+        """This loop's queue and pool, started if there are none (or only a finished one)."""
         pump, loop = self._pump, asyncio.get_running_loop()
         if self._queue is None or pump is None or pump.get_loop() is not loop or pump.done():
             if pump is not None and pump.done() and not pump.cancelled() and pump.exception():
                 raise pump.exception()  # type: ignore[misc]
-            self._queue = asyncio.Queue()
-            self._pump = loop.create_task(self.llm.batch_to_callback(self._items(), self._route))
-            self._pump.add_done_callback(self._wake_all)
-        return self._queue
-
-    async def _items(self) -> AsyncIterator[BatchItem]:
-        queue = self._queue
-        assert queue is not None
-        while (item := await queue.get()) is not None:
-            yield item
+            queue: asyncio.Queue[BatchItem | None] = asyncio.Queue()
+            items = _live_items(queue, self._groups)
+            pump = loop.create_task(self.llm.batch_to_callback(items, self._route))
+            pump.add_done_callback(self._wake_all)
+            self._queue, self._pump = queue, pump
+        assert self._queue is not None
+        return self._queue, pump
 
     def _route(self, result: BatchResult) -> None:
         group = self._groups.get(result.metadata[GROUP])
@@ -114,19 +123,28 @@ class SharedStream:
             group.wake()
 
     async def _wait(self, group: _Group) -> None:
-        pump = self._pump
-        if pump is None or pump.done():
-            # The pool ended (its error, or stop() before this group was done).
-            if pump is not None and not pump.cancelled() and pump.exception() is not None:
-                raise pump.exception()  # type: ignore[misc]
-            raise RuntimeError("the request pool ended before every result came back")
-        group.wakeup = asyncio.get_running_loop().create_future()
-        try:
-            await group.wakeup
-        finally:
-            group.wakeup = None
-        if not group.ready and pump.done():
-            await self._wait(group)  # raises the pool's error
+        """Until the group has results; raises when its pool ended first (with the pool's
+        error, a rejected key, if it had one)."""
+        while not group.ready:
+            pump = group.pump
+            if pump.done():
+                if not pump.cancelled() and pump.exception() is not None:
+                    raise pump.exception()  # type: ignore[misc]
+                raise RuntimeError("the request pool ended before every result came back")
+            group.wakeup = asyncio.get_running_loop().create_future()
+            try:
+                await group.wakeup
+            finally:
+                group.wakeup = None
+
+
+async def _live_items(
+    queue: asyncio.Queue[BatchItem | None], groups: dict[int, _Group]
+) -> AsyncIterator[BatchItem]:
+    """The queued items whose group still waits for them."""
+    while (item := await queue.get()) is not None:
+        if item.metadata[GROUP] in groups:
+            yield item
 
 
 __all__ = ["GROUP", "SharedStream"]

@@ -150,12 +150,19 @@ class RowWorker:
         proc = self.procs[processor_key(self.config.processor_for(output))]
         journal = proc.journal_results
         got = 0
-        async for index, result in proc.stream(output, requests):
-            w = sent[index]
-            if journal:
-                self.journal.add(w.key, output.name, result)
-            self._take(w, output.name, result)
-            got += 1
+        results = proc.stream(output, requests)
+        try:
+            async for index, result in results:
+                w = sent[index]
+                if journal:
+                    self.journal.add(w.key, output.name, result)
+                self._take(w, output.name, result)
+                got += 1
+        finally:
+            # If journaling failed, the processor hears of it now (and sends no more).
+            close = getattr(results, "aclose", None)  # a plain async iterator has none
+            if close is not None:
+                await close()
         self.journal.flush()
         if got != len(requests):
             raise RuntimeError(
