@@ -141,9 +141,7 @@ def test_a_group_that_stops_early_sends_no_more_of_its_requests() -> None:
         server = CountingServer(delay=0.05)
         runner, llm, stream = await with_server(server)
         try:
-            async with aclosing(stream.results(items("a", 40))) as batches:
-                async for _ in batches:
-                    break
+            await first_batch_only(stream, items("a", 40))
             await asyncio.sleep(0.3)  # what was in flight has ended
         finally:
             await llm.aclose()
@@ -153,43 +151,35 @@ def test_a_group_that_stops_early_sends_no_more_of_its_requests() -> None:
     asyncio.run(main())
 
 
-def test_a_group_that_stops_early_leaves_a_group_in_flight_whole() -> None:
-    async def main() -> None:
+async def first_batch_only(stream: SharedStream, batch: list[BatchItem]) -> None:
+    async with aclosing(stream.results(batch)) as batches:
+        async for _ in batches:
+            break
+
+
+@pytest.mark.parametrize("at_once", [True, False], ids=["while-another-waits", "then-another"])
+def test_a_group_that_stops_early_leaves_another_group_whole(at_once: bool) -> None:
+    """Stopping early drops only that group's own requests: one waiting keeps the pool; one
+    that comes after gets a new one."""
+
+    async def main() -> list[str]:
         server = CountingServer()
         runner, llm, stream = await with_server(server)
         try:
-
-            async def first_batch_only() -> None:
-                async with aclosing(stream.results(items("a", 12))) as batches:
-                    async for _ in batches:
-                        break
-
-            got, _ = await asyncio.gather(collect(stream, items("b", 12)), first_batch_only())
+            if at_once:
+                got, _ = await asyncio.gather(
+                    collect(stream, items("b", 12)), first_batch_only(stream, items("a", 12))
+                )
+            else:
+                await first_batch_only(stream, items("a", 12))
+                got = await collect(stream, items("b", 12))
             await stream.stop()
+            return got
         finally:
             await llm.aclose()
             await runner.cleanup()
-        assert sorted(got) == sorted(f"b{i}" for i in range(12))
 
-    asyncio.run(main())
-
-
-def test_after_a_group_stopped_early_the_next_one_gets_a_new_pool() -> None:
-    async def main() -> None:
-        server = CountingServer()
-        runner, llm, stream = await with_server(server)
-        try:
-            async with aclosing(stream.results(items("a", 12))) as batches:
-                async for _ in batches:
-                    break
-            got = await collect(stream, items("b", 12))
-            await stream.stop()
-        finally:
-            await llm.aclose()
-            await runner.cleanup()
-        assert sorted(got) == sorted(f"b{i}" for i in range(12))
-
-    asyncio.run(main())
+    assert sorted(asyncio.run(main())) == sorted(f"b{i}" for i in range(12))
 
 
 def test_after_stop_or_on_a_new_event_loop_a_new_pool_starts() -> None:
