@@ -5,9 +5,10 @@ Targets: the pipeline reaches >= 90 % of batch_to_jsonl's rows/s with JSONL shar
 Both sides run as their own
 processes against one emulator process (echo responder, no latency) with the same
 worker_concurrency; runs alternate, each side taking each place in the order in turn, so that
-drift on this shared machine hits all alike, and the medians are compared. Two figures per side: the wall time of
-the whole process (interpreter start and imports included) and the work alone (batch_to_jsonl's
-own elapsed time; the shard's runtime_seconds from `mmirage run --stats`).
+drift on this shared machine hits all alike, and the medians are compared. Two figures per
+side: the wall time of the whole process (interpreter start and imports included) and the work
+alone (batch_to_jsonl's own elapsed time; the shard's runtime_seconds from `mmirage run
+--stats`).
 """
 
 from __future__ import annotations
