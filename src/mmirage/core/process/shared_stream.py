@@ -44,15 +44,16 @@ class SharedStream:
 
     def __init__(self, llm: LLM) -> None:
         self.llm = llm
-        self._queue: asyncio.Queue[BatchItem | None] | None = None
-        self._pump: asyncio.Task[int] | None = None
+        # The running pool: its queue and the task that drains it (None between pools).
+        self._pool: tuple[asyncio.Queue[BatchItem | None], asyncio.Task[int]] | None = None
         self._groups: dict[int, _Group] = {}
         self._ids = itertools.count()
 
     async def results(self, items: Sequence[BatchItem]) -> AsyncGenerator[list[BatchResult], None]:
         """The items' results, in the batches they arrive in (items carry
         ``metadata[GROUP]`` afterwards). A caller that stops early closes the generator
-        (``aclosing``): that stops the pool."""
+        (``aclosing``): its queued items are dropped, and the pool stops if no other caller
+        waits."""
         queue, pump = self._running()
         group_id, group = next(self._ids), _Group(pump)
         self._groups[group_id] = group
@@ -68,7 +69,7 @@ class SharedStream:
                 yield batch
         finally:
             del self._groups[group_id]
-            if remaining and not self._groups and pump is self._pump and not pump.done():
+            if remaining and not self._groups and self._pump is pump and not pump.done():
                 # The last caller stopped early (a run that is failing): what it has not sent
                 # yet must not be paid for, so the pool stops (the next call starts another).
                 # With other callers still waiting, only its queued items are dropped.
@@ -77,10 +78,10 @@ class SharedStream:
     async def stop(self) -> None:
         """End the pool once the queued items are done (then the next call starts a new one);
         raise its fatal error, if it had one."""
-        pump, queue = self._pump, self._queue
-        self._pump = self._queue = None
-        if pump is None or queue is None:
+        pool, self._pool = self._pool, None
+        if pool is None:
             return
+        queue, pump = pool
         if not pump.done():
             queue.put_nowait(None)
         await pump
@@ -91,9 +92,13 @@ class SharedStream:
         if pump is not None:
             await asyncio.gather(pump, return_exceptions=True)
 
+    @property
+    def _pump(self) -> asyncio.Task[int] | None:
+        return None if self._pool is None else self._pool[1]
+
     def _abandon(self) -> asyncio.Task[int] | None:
         pump = self._pump
-        self._pump = self._queue = None
+        self._pool = None
         if pump is not None and not pump.done():
             pump.cancel()
         return pump
@@ -101,16 +106,18 @@ class SharedStream:
     def _running(self) -> tuple[asyncio.Queue[BatchItem | None], asyncio.Task[int]]:
         """This loop's queue and pool, started if there are none (or only a finished one)."""
         pump, loop = self._pump, asyncio.get_running_loop()
-        if self._queue is None or pump is None or pump.get_loop() is not loop or pump.done():
-            if pump is not None and pump.done() and not pump.cancelled() and pump.exception():
+        if self._pool is not None and pump is not None and pump.get_loop() is loop:
+            if not pump.done():
+                return self._pool
+            if not pump.cancelled() and pump.exception():
                 raise pump.exception()  # type: ignore[misc]
-            queue: asyncio.Queue[BatchItem | None] = asyncio.Queue()
-            items = _live_items(queue, self._groups)
-            pump = loop.create_task(self.llm.batch_to_callback(items, self._route))
-            pump.add_done_callback(self._wake_all)
-            self._queue, self._pump = queue, pump
-        assert self._queue is not None
-        return self._queue, pump
+        queue: asyncio.Queue[BatchItem | None] = asyncio.Queue()
+        pump = loop.create_task(
+            self.llm.batch_to_callback(_live_items(queue, self._groups), self._route)
+        )
+        pump.add_done_callback(self._wake_all)
+        self._pool = (queue, pump)
+        return self._pool
 
     def _route(self, result: BatchResult) -> None:
         group = self._groups.get(result.metadata[GROUP])
