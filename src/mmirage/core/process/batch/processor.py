@@ -103,9 +103,10 @@ class BatchApiProcessor(Processor):
         self._pending: list[SpooledChunk] = []  # recovered, not yet submitted
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(_MAX_SUBMISSIONS)
-        # Own threads, so that a stop can wait for exactly the creations in flight.
+        # Own threads, so that a stop can wait for exactly the creations in flight. A dry run
+        # appends chunks to one file: one thread keeps them in chunk order.
         self._threads = concurrent.futures.ThreadPoolExecutor(
-            _MAX_SUBMISSIONS, thread_name_prefix="batch-submit"
+            1 if self.dry_run else _MAX_SUBMISSIONS, thread_name_prefix="batch-submit"
         )
         self._creations: set[concurrent.futures.Future[None]] = set()
         self._creator = ChunkCreator(self._root.parent.parent)
