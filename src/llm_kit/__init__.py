@@ -15,6 +15,7 @@ from llm_kit.errors import (
     ProviderError,
     ResponseValidationError,
 )
+from llm_kit.item_queue import ItemQueue
 from llm_kit.types import (
     BatchConfig,
     BatchItem,
@@ -41,6 +42,7 @@ __all__ = [
     "ConfigError",
     "ImagePart",
     "ItemError",
+    "ItemQueue",
     "JobState",
     "LLMKitError",
     "Message",

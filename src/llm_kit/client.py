@@ -328,7 +328,7 @@ class LLM(BatchAPI):
             async for batch in batches:
                 for result in batch:
                     outcome = callback(result)
-                    if inspect.isawaitable(outcome):
+                    if outcome is not None and inspect.isawaitable(outcome):
                         await outcome
                     count += 1
         return count

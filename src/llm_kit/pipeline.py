@@ -2,10 +2,10 @@
 
 There is no task per item and no list of pending items, so memory is
 O(worker_concurrency + input_buffer_size) whatever the number of items. ``worker_concurrency``
-workers take items straight from a plain iterable (an async one goes through a feeder and a
-bounded buffer of ``input_buffer_size``: two tasks cannot share one async generator), and the
-consumer takes every result that is ready at once: one wake-up, and for the JSONL sink one
-write, per completion batch rather than per item.
+workers take items straight from a plain iterable or an ``ItemQueue`` (an async iterable goes
+through a feeder and a bounded buffer of ``input_buffer_size``: two tasks cannot share one
+async generator), and the consumer takes every result that is ready at once: one wake-up, and
+for the JSONL sink one write, per completion batch rather than per item.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import (
 )
 from typing import Any
 
+from llm_kit.item_queue import ItemQueue
 from llm_kit.types import BatchItem, BatchResult
 
 Items = Iterable[BatchItem] | AsyncIterable[BatchItem]
@@ -91,9 +92,15 @@ async def run_pool(
     outbox = _Outbox(limit=workers)
     tasks: list[asyncio.Task[None]] = []
 
-    async def work(source: Iterator[BatchItem] | asyncio.Queue[Any]) -> None:
+    async def work(source: Iterator[BatchItem] | asyncio.Queue[Any] | ItemQueue) -> None:
         try:
-            if isinstance(source, asyncio.Queue):
+            if isinstance(source, ItemQueue):
+                # An item at once when one is queued (no coroutine per item); else wait for
+                # one, then take it on the next pass (False: closed and empty).
+                while (item := source.pop()) is not None or await source.wait():
+                    if item is not None and (skip is None or not skip(item)):
+                        await outbox.put(await process(item))
+            elif isinstance(source, asyncio.Queue):
                 while (item := await source.get()) is not _END:
                     await outbox.put(await process(item))
             else:
@@ -116,8 +123,10 @@ async def run_pool(
         for _ in range(workers):
             await inbox.put(_END)
 
-    source: Iterator[BatchItem] | asyncio.Queue[Any]
-    if isinstance(items, AsyncIterable):
+    source: Iterator[BatchItem] | asyncio.Queue[Any] | ItemQueue
+    if isinstance(items, ItemQueue):
+        source = items  # the workers take from it directly
+    elif isinstance(items, AsyncIterable):
         source = asyncio.Queue(maxsize=buffer_size)
         tasks.append(asyncio.create_task(feed(items, source)))
     else:
