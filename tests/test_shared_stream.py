@@ -4,12 +4,11 @@ against a real HTTP server on 127.0.0.1 that counts the requests it holds at onc
 from __future__ import annotations
 
 import asyncio
-from contextlib import aclosing
 
 import pytest
 from aiohttp import web
 
-from llm_kit import LLM, BatchConfig, BatchItem, Message
+from llm_kit import LLM, BatchConfig, BatchItem, BatchResult, Message
 from llm_kit.errors import ProviderError
 from mmirage.config.processing_params import LLMOutput
 from mmirage.config.processors import LLMProcessorConfig
@@ -83,9 +82,12 @@ def items(prefix: str, n: int) -> list[BatchItem]:
 
 async def collect(stream: SharedStream, batch: list[BatchItem]) -> list[str]:
     got: list[str] = []
-    async for results in stream.results(batch):
-        got += [r.id for r in results]
+    await stream.run(batch, lambda result: got.append(result.id))
     return got
+
+
+class Stop(Exception):
+    """What a caller's ``take`` raises to end its group (a failed journal write does)."""
 
 
 async def with_server(server: CountingServer) -> tuple[web.AppRunner, LLM, SharedStream]:
@@ -134,14 +136,25 @@ def test_a_rejected_key_is_raised_to_every_group_waiting() -> None:
     asyncio.run(main())
 
 
-def test_a_group_that_stops_early_sends_no_more_of_its_requests() -> None:
-    """A consumer that stops is a run that fails: what it has not sent yet is not paid."""
+async def cancelled_early(stream: SharedStream, batch: list[BatchItem]) -> None:
+    """The caller is cancelled once its first requests are out."""
+    waiting = asyncio.create_task(collect(stream, batch))
+    await asyncio.sleep(0.06)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+
+@pytest.mark.parametrize("stop", ["take-fails", "cancelled"])
+def test_a_group_that_stops_early_sends_no_more_of_its_requests(stop: str) -> None:
+    """A caller that stops is a run that fails: what it has not sent yet is not paid."""
 
     async def main() -> None:
         server = CountingServer(delay=0.05)
         runner, llm, stream = await with_server(server)
         try:
-            await first_batch_only(stream, items("a", 40))
+            stopping = first_result_only if stop == "take-fails" else cancelled_early
+            await stopping(stream, items("a", 40))
             await asyncio.sleep(0.3)  # what was in flight has ended
         finally:
             await llm.aclose()
@@ -151,10 +164,14 @@ def test_a_group_that_stops_early_sends_no_more_of_its_requests() -> None:
     asyncio.run(main())
 
 
-async def first_batch_only(stream: SharedStream, batch: list[BatchItem]) -> None:
-    async with aclosing(stream.results(batch)) as batches:
-        async for _ in batches:
-            break
+async def first_result_only(stream: SharedStream, batch: list[BatchItem]) -> None:
+    """The first result's ``take`` fails: the caller hears that error, not another one."""
+
+    def take(result: BatchResult) -> None:
+        raise Stop(result.id)
+
+    with pytest.raises(Stop):
+        await stream.run(batch, take)
 
 
 @pytest.mark.parametrize("at_once", [True, False], ids=["while-another-waits", "then-another"])
@@ -168,10 +185,10 @@ def test_a_group_that_stops_early_leaves_another_group_whole(at_once: bool) -> N
         try:
             if at_once:
                 got, _ = await asyncio.gather(
-                    collect(stream, items("b", 12)), first_batch_only(stream, items("a", 12))
+                    collect(stream, items("b", 12)), first_result_only(stream, items("a", 12))
                 )
             else:
-                await first_batch_only(stream, items("a", 12))
+                await first_result_only(stream, items("a", 12))
                 got = await collect(stream, items("b", 12))
             await stream.stop()
             return got

@@ -115,31 +115,22 @@ class JsonlReader(RowReader):
             f.seek(offset)
             for raw in f:
                 line_no += 1
-                if not raw.strip():
+                if raw.isspace():  # a blank line (no copy made, unlike strip)
                     continue
                 if row_id >= start:
                     if stop is not None and row_id >= stop:
                         return
                     if line_no == 1 and raw.startswith(_BOM):
                         raw = raw[3:]
-                    data, problem = self._parse(raw)
-                    if data is not None:
+                    try:
+                        data = _loads(raw)
+                    except ValueError as exc:
+                        data = exc
+                    if type(data) is dict:
                         yield Row(row_id, data, self.split)
                     else:
-                        self._bad_row(line_no, row_id, problem, on_bad_row, bad_rows)
+                        self._bad_row(line_no, row_id, _problem(data), on_bad_row, bad_rows)
                 row_id += 1
-
-    @staticmethod
-    def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
-        try:
-            value = _loads(raw)
-        except ValueError as exc:
-            col = getattr(exc, "colno", None)
-            detail = getattr(exc, "msg", str(exc))
-            return None, f"not valid JSON ({detail}{f' at column {col}' if col else ''})"
-        if isinstance(value, dict):
-            return value, ""
-        return None, f"expected a JSON object, got {_json_kind(value)}"
 
     def _bad_row(
         self,
@@ -156,3 +147,12 @@ class JsonlReader(RowReader):
             )
         if bad_rows is not None:
             bad_rows(BadRow(self.path, line_no, problem, row_id, self.split))
+
+
+def _problem(value: Any) -> str:
+    """Why a line is not a row: the parse error, or what kind of JSON it holds."""
+    if isinstance(value, ValueError):
+        col = getattr(value, "colno", None)
+        detail = getattr(value, "msg", str(value))
+        return f"not valid JSON ({detail}{f' at column {col}' if col else ''})"
+    return f"expected a JSON object, got {_json_kind(value)}"

@@ -9,7 +9,7 @@ processor never raises for one row's failure: that row's result carries the erro
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -83,6 +83,31 @@ class Processor(ABC):
             )
         for pair in enumerate(results):
             yield pair
+
+    async def deliver(
+        self,
+        output: Any,
+        requests: Sequence[OutputRequest],
+        take: Callable[[int, OutputResult], None],
+    ) -> None:
+        """Call ``take(index, result)`` for each result as it arrives (the runner journals it
+        there) and return once every request has one; by default ``stream``'s pairs. An
+        exception from ``take`` ends the call: what was not sent yet is not paid for."""
+        got = 0
+        results = self.stream(output, requests)
+        try:
+            async for index, result in results:
+                take(index, result)
+                got += 1
+        finally:
+            close = getattr(results, "aclose", None)  # a plain async iterator has none
+            if close is not None:
+                await close()
+        if got != len(requests):
+            raise RuntimeError(
+                f"the processor of output '{output.name}' answered {got} results for "
+                f"{len(requests)} requests"
+            )
 
     def resume_at(self, source_index: int) -> None:  # noqa: B027 - most processors need nothing
         """Called before a dataset's rows are read: ``source_index`` is where the unfinished

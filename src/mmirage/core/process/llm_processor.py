@@ -10,8 +10,7 @@ vLLM server for the shard (see ``server_launcher``), which ``aclose`` stops.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import aclosing
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -159,28 +158,28 @@ class LLMProcessor(Processor):
 
     async def process(self, output: Any, requests: Sequence[OutputRequest]) -> list[OutputResult]:
         results: list[OutputResult | None] = [None] * len(requests)
-        async for index, result in self.stream(output, requests):
-            results[index] = result
+        await self.deliver(output, requests, results.__setitem__)
         return [r or OutputResult(error="no result came back for this row") for r in results]
 
-    async def stream(
-        self, output: Any, requests: Sequence[OutputRequest]
-    ) -> AsyncGenerator[tuple[int, OutputResult], None]:
-        """Each request's result as it arrives (the runner journals it at once)."""
+    async def deliver(
+        self,
+        output: Any,
+        requests: Sequence[OutputRequest],
+        take: Callable[[int, OutputResult], None],
+    ) -> None:
+        """Each request's result to ``take`` the moment it arrives (the runner journals it)."""
         items: list[BatchItem] = []
         build = _ItemBuilder(output.name, self._response_model(output))
         for index, request in enumerate(requests):
             item_or_error = build(index, request)
             if isinstance(item_or_error, OutputResult):
-                yield index, item_or_error
+                take(index, item_or_error)
             else:
                 items.append(item_or_error)
-        if items:
-            # A rejected API key (401) raises from here: that is not one row's failure.
-            async with aclosing(self._requests.results(items)) as batches:
-                async for batch in batches:
-                    for result in batch:
-                        yield result.metadata["index"], _to_output_result(result)
+        # A rejected API key (401) raises from here: that is not one row's failure.
+        await self._requests.run(
+            items, lambda result: take(result.metadata["index"], _to_output_result(result))
+        )
 
     async def finish(self) -> str | None:
         await self._requests.stop()  # every group is done: the pool's workers can go
@@ -203,36 +202,40 @@ class _ItemBuilder:
     """One output's requests as llm_kit items (llm_kit imported once per group, not per row)."""
 
     def __init__(self, output_name: str, response_model: type[BaseModel] | None) -> None:
-        from llm_kit import BatchItem, Message
+        from llm_kit import BatchItem, Message, TextPart
         from llm_kit.errors import ConfigError as ItemConfigError
 
         self.output_name = output_name
         self.response_model = response_model
         self.item_type = BatchItem
-        self.user_message = Message.user
+        self.message_type, self.text_part = Message, TextPart
         self.item_error = ItemConfigError
 
     def __call__(self, index: int, request: OutputRequest) -> BatchItem | OutputResult:
-        if not request.prompt and not request.image_urls:
+        prompt, images = request.prompt or "", request.image_urls
+        if not prompt and not images:
             return OutputResult(error=f"output '{self.output_name}': the rendered prompt is empty")
         try:
-            return self.item_type(
-                id=f"{request.row_key}:{self.output_name}",
-                messages=[self.user_message(request.prompt or "", image_urls=request.image_urls)],
-                response_model=self.response_model,
-                # The index maps results back even if two requests share a row key.
-                metadata={"index": index},
+            if images:
+                message = self.message_type.user(prompt, image_urls=images)
+            else:  # what Message.user builds for text alone
+                message = self.message_type("user", (self.text_part(prompt),))
+            item = self.item_type(
+                f"{request.row_key}:{self.output_name}", [message], self.response_model
             )
         except self.item_error as exc:
             return OutputResult(error=str(exc))
+        # The index maps results back even if two requests share a row key.
+        item.metadata["index"] = index
+        return item
 
 
 def _to_output_result(result: Any) -> OutputResult:
     usage = result.usage
-    out = OutputResult(
-        input_tokens=usage.input_tokens if usage else 0,
-        output_tokens=usage.output_tokens if usage else 0,
-    )
+    if usage is None:
+        out = OutputResult()
+    else:
+        out = OutputResult(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
     if not result.ok:
         error = result.error or "the request failed"
         if result.error_kind and result.error_kind not in error:

@@ -10,7 +10,7 @@ default), so a YAML ``prompt: |`` block does not end the prompt with ``\\n``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -96,12 +96,29 @@ def _row_error(exc: Exception, variables: Mapping[str, Any], what: str) -> RowEr
     )
 
 
+@lru_cache(maxsize=1024)
+def prompt_renderer(template_text: str) -> Callable[[Mapping[str, Any]], str]:
+    """``render_prompt`` for one template, compiled once: a row pays for the rendering only."""
+    simple = substitution(template_text)
+    if simple is None:
+        template = compile_template(template_text)
+        return lambda variables: render_template(template, variables, "prompt")
+    lone = simple.names[0] if simple.literals == ("", "") else None
+
+    def render(variables: Mapping[str, Any]) -> str:
+        try:
+            if lone is not None:  # "{{ text }}", the common prompt
+                value = variables[lone]
+                return value if type(value) is str else "" if value is None else str(value)
+            return simple.render(variables)
+        except KeyError:  # Jinja's own message names the missing variable
+            return render_template(compile_template(template_text), variables, "prompt")
+        except render_errors() as exc:  # a value whose str() fails
+            raise _row_error(exc, variables, "prompt") from None
+
+    return render
+
+
 def render_prompt(template_text: str, variables: Mapping[str, Any]) -> str:
     """The prompt text for one row."""
-    simple = substitution(template_text)
-    if simple is None or not all(name in variables for name in simple.names):
-        return render_template(compile_template(template_text), variables, "prompt")
-    try:
-        return simple.render(variables)
-    except render_errors() as exc:  # a value whose str() fails
-        raise _row_error(exc, variables, "prompt") from None
+    return prompt_renderer(template_text)(variables)

@@ -136,14 +136,23 @@ class OutputRenderer:
         self.remove_columns = remove_columns
         self._tree = {str(k): _compile(v) for k, v in output_schema.items()}
         self.variables: list[str] = schema_variables(output_schema)
+        # Per column: the variable a bare ``{{ name }}`` reads (its value is the column's, a
+        # pending placeholder included), else None (rendered as a tree).
+        self._plan = [
+            (key, node.path[0] if isinstance(node, _Ref) and len(node.path) == 1 else None, node)
+            for key, node in self._tree.items()
+        ]
 
     def render(
         self, variables: Mapping[str, Any], row: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
         """The output row: schema keys over the source columns (unless ``remove_columns``)."""
         out: dict[str, Any] = {} if self.remove_columns or row is None else dict(row)
-        for key, node in self._tree.items():
-            out[key] = _render(node, variables, f"output_schema.{key}")
+        for key, name, node in self._plan:
+            if name is not None and name in variables:
+                out[key] = variables[name]
+            else:
+                out[key] = _render(node, variables, f"output_schema.{key}")
         return out
 
     def render_partial(

@@ -46,7 +46,7 @@ class _FieldPath:
 
     def search(self, value: Any) -> Any:
         for part in self.parts:
-            if not isinstance(value, Mapping):
+            if type(value) is not dict and not isinstance(value, Mapping):  # dict: no ABC check
                 return None
             value = value.get(part)
         return value

@@ -28,12 +28,21 @@ def disk_full_message(path: Path | str, setting: str) -> str:
     )
 
 
+def write_error(exc: OSError, path: Path | str, setting: str) -> Exception:
+    """What a failed write of ``path`` raises: ``DiskFullError`` naming it (caused by
+    ``exc``) for a full disk, else ``exc`` itself. For a hot path, where ``writing``'s context
+    manager costs too much."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return exc
+    full = DiskFullError(disk_full_message(path, setting))
+    full.__cause__ = exc
+    return full
+
+
 @contextmanager
 def writing(path: Path | str, setting: str) -> Iterator[None]:
     """Run a write of ``path``; a full disk becomes ``DiskFullError`` naming it."""
     try:
         yield
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        raise DiskFullError(disk_full_message(path, setting)) from exc
+        raise write_error(exc, path, setting)  # noqa: B904 - its cause is set

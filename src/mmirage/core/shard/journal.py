@@ -21,66 +21,92 @@ from typing import Any
 import orjson
 
 from mmirage.core.process.base import OutputResult
-from mmirage.core.shard.disk import writing
+from mmirage.core.shard.disk import write_error, writing
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
 JOURNAL_DIR = "loading_params.datasets[].output_dir"  # the journal sits in its .parts
 _COMPACT_AT = 4096  # lines; rewrite when the file holds this many more than the live entries
+_SEP = "\x00"  # between a row key and an output name in one entry's key (neither holds it)
 
 
 class ResultJournal:
+    """File format: a header line ``{"fp": <configuration>}``, then one line per result,
+    ``[row key, output, value, input tokens, output tokens]`` (a list: no dict to build for
+    each answer). Lines under another configuration's header are ignored."""
+
     def __init__(self, path: Path, fingerprint: str) -> None:
         self.path = path
         self.fingerprint = fingerprint
-        self._live: dict[str, dict[str, bytes]] = {}  # row key → output name → line
+        self._header = orjson.dumps({"fp": fingerprint}, option=orjson.OPT_APPEND_NEWLINE)
+        # "<row key>\0<output>" -> (row key, output, value, tokens in, out): the entries not
+        # checkpointed yet, what a compaction rewrites.
+        self._live: dict[str, tuple[Any, ...]] = {}
+        self._outputs: set[str] = set()  # output names journaled (settle drops each)
         self._lines = 0
         self._fd: int | None = None
-        self._unwritten: list[bytes] = []  # lines of this turn of the event loop
+        self._unwritten = bytearray()  # lines of this turn of the event loop
         self._failure: BaseException | None = None  # of a write at the end of a turn
+        # Whether a row may find its answer here: an interrupted run's, or one ``replay`` put
+        # in (what this run journals itself is never asked for again).
+        self.replays = False
 
     def open(self) -> None:
         """Load what an interrupted run journaled (for this configuration only)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        ours = False
         with contextlib.suppress(FileNotFoundError), open(self.path, "rb") as f:
             for line in f:
                 try:
                     entry = orjson.loads(line)
                 except orjson.JSONDecodeError:
                     continue  # the torn last line of a killed run
-                if entry.get("fp") == self.fingerprint:
-                    self._live.setdefault(entry["key"], {})[entry["output"]] = line
+                if isinstance(entry, dict) and "key" in entry:  # one line of an older format
+                    if entry.get("fp") == self.fingerprint:
+                        fields = ("key", "output", "value", "input_tokens", "output_tokens")
+                        self._keep(tuple(entry[k] for k in fields))
+                elif isinstance(entry, dict):
+                    ours = entry.get("fp") == self.fingerprint
+                elif ours and isinstance(entry, list) and len(entry) == 5:
+                    self._keep(tuple(entry))
+        self.replays = bool(self._live)
         self._rewrite()
 
+    def _keep(self, entry: tuple[Any, ...]) -> None:
+        key, output = entry[0], entry[1]
+        self._outputs.add(output)
+        self._live[f"{key}{_SEP}{output}"] = entry
+
     def get(self, key: str, output: str) -> OutputResult | None:
-        entries = self._live.get(key)
-        line = None if entries is None else entries.get(output)
-        if line is None:
+        entry = self._live.get(f"{key}{_SEP}{output}")
+        if entry is None:
             return None
-        entry = orjson.loads(line)
-        return OutputResult(
-            value=entry["value"],
-            input_tokens=entry["input_tokens"],
-            output_tokens=entry["output_tokens"],
-        )
+        _, _, value, input_tokens, output_tokens = entry
+        return OutputResult(value=value, input_tokens=input_tokens, output_tokens=output_tokens)
+
+    def replay(self, key: str, output: str, result: OutputResult) -> None:
+        """Journal ``result`` as an interrupted run would have: the next computation of that
+        row takes it instead of asking for it (``mmirage retry`` puts the outputs a failed row
+        kept here)."""
+        self.add(key, output, result)
+        self.replays = True
 
     def add(self, key: str, output: str, result: OutputResult) -> None:
         """Record a successful result (errors are not journaled: a resumed run retries them)."""
         if result.error is not None or self._fd is None:
             return
-        entry: dict[str, Any] = {
-            "fp": self.fingerprint,
-            "key": key,
-            "output": output,
-            "value": result.value,
-            "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens,
-        }
-        line = orjson.dumps(entry, default=str, option=_OPTS)
-        self._raise_failure()
-        self._unwritten.append(line)
+        if self._failure is not None:
+            self._raise_failure()
+        entry = (key, output, result.value, result.input_tokens, result.output_tokens)
+        unwritten = self._unwritten
+        first = not unwritten
+        # Straight into the turn's buffer: orjson's output kept alive costs several times
+        # its making.
+        unwritten += orjson.dumps(entry, default=str, option=_OPTS)
         self._lines += 1
-        self._live.setdefault(key, {})[output] = line
-        if len(self._unwritten) == 1:
+        self._live[f"{key}{_SEP}{output}"] = entry
+        if output not in self._outputs:
+            self._outputs.add(output)
+        if first:
             try:
                 asyncio.get_running_loop().call_soon(self._flush_at_end_of_turn)
             except RuntimeError:  # no event loop: nothing else can arrive in this turn
@@ -88,13 +114,15 @@ class ResultJournal:
 
     def flush(self) -> None:
         """Write the results added since the last write (and raise a failed write's error)."""
-        self._raise_failure()
+        if self._failure is not None:
+            self._raise_failure()
         if not self._unwritten or self._fd is None:
             return
-        lines = b"".join(self._unwritten)
-        self._unwritten.clear()
-        with writing(self.path, JOURNAL_DIR):
+        lines, self._unwritten = self._unwritten, bytearray()
+        try:  # once per turn of the event loop: no context manager (``writing``) here
             os.write(self._fd, lines)
+        except OSError as exc:
+            raise write_error(exc, self.path, JOURNAL_DIR)  # noqa: B904 - its cause is set
 
     def _flush_at_end_of_turn(self) -> None:
         try:
@@ -110,9 +138,11 @@ class ResultJournal:
     def settle(self, keys: list[str]) -> None:
         """These rows are checkpointed: their entries are no longer needed."""
         self.flush()
-        for key in keys:
-            self._live.pop(key, None)
-        if self._lines > _COMPACT_AT + 2 * sum(map(len, self._live.values())):
+        live = self._live
+        for output in self._outputs:
+            for key in keys:
+                live.pop(f"{key}{_SEP}{output}", None)
+        if self._lines > _COMPACT_AT + 2 * len(live):
             self._rewrite()
 
     def close(self, *, remove: bool = False) -> None:
@@ -128,9 +158,11 @@ class ResultJournal:
         if self._fd is not None:
             os.close(self._fd)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        lines = [line for outputs in self._live.values() for line in outputs.values()]
+        lines = bytearray(self._header)
+        for entry in self._live.values():
+            lines += orjson.dumps(entry, default=str, option=_OPTS)
         with writing(tmp, JOURNAL_DIR):
-            tmp.write_bytes(b"".join(lines))
+            tmp.write_bytes(lines)
         os.replace(tmp, self.path)
-        self._lines = len(lines)
+        self._lines = len(self._live)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

@@ -21,7 +21,7 @@ from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.reading import Item
 from mmirage.core.shard.report import ShardReport
 from mmirage.core.shard.state import ShardStatus
-from mmirage.core.shard.tally import tally
+from mmirage.core.shard.tally import tally_rows
 from mmirage.rundir import COUNTERS, ERRORS, ROW_KEY
 
 logger = logging.getLogger("mmirage.core.shard.runner")
@@ -49,15 +49,12 @@ class Landing:
         """Append a group's records (groups come in order); checkpoint if it is time."""
         ckpt, report = self.ckpt, self.report
         self.out.append(records)
-        failed = False
-        for rec in records:
-            tally(ckpt, rec)
-            self._unsettled.append(rec[ROW_KEY])
-            if rec[ERRORS] is not None:
-                failed = True
-                if report.first_row_error is None:
-                    where, why = next(iter(rec[ERRORS].items()))
-                    report.first_row_error = f"row {rec[ROW_KEY]} ({where}): {why}"
+        tally_rows(ckpt, records)
+        self._unsettled += [rec[ROW_KEY] for rec in records]
+        failed = [rec for rec in records if rec[ERRORS] is not None]
+        if failed and report.first_row_error is None:
+            where, why = next(iter(failed[0][ERRORS].items()))
+            report.first_row_error = f"row {failed[0][ROW_KEY]} ({where}): {why}"
         ckpt.range_index, last = group[-1][0], group[-1][1]
         ckpt.next_row_id = last.row_id + 1
         # A failed row's answer is not journaled (a resumed run tries it again), and a

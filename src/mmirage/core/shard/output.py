@@ -35,7 +35,14 @@ from mmirage.core.shard.integrity import Fingerprint, describe
 from mmirage.core.shard.integrity import damage as integrity_damage
 from mmirage.core.shard.recovery import Locate, fits, salvage, scan_part
 from mmirage.core.shard.tally import tally
-from mmirage.core.writer.formats import FORMATS, Format, iter_jsonl, iter_rows, write_dataset
+from mmirage.core.writer.formats import (
+    FORMATS,
+    Format,
+    iter_jsonl,
+    iter_rows,
+    jsonl_lines,
+    write_dataset,
+)
 from mmirage.rundir import (
     COUNTERS,
     atomic_write_json,
@@ -112,11 +119,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
-
-
-def _default(value: Any) -> Any:
-    # Sets, tuples of odd things, paths, PIL images...: keep the row, as text.
-    return str(value)
 
 
 class ShardOutput:
@@ -230,8 +232,7 @@ class ShardOutput:
 
     def append(self, records: list[dict[str, Any]]) -> None:
         assert self._file is not None, "open() first"
-        opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
-        lines = b"".join(orjson.dumps(r, default=_default, option=opts) for r in records)
+        lines = jsonl_lines(records)
         with writing(self.part, OUTPUT_DIR):
             self._file.write(lines)
 

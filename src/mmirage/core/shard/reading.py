@@ -36,8 +36,9 @@ def rows_from(
             start, r.stop, split=r.split, on_bad_row=on_bad_row, bad_rows=bad.append
         )
         for row in rows:
-            yield from ((index, b) for b in bad)  # reported before the row that follows them
-            bad.clear()
+            if bad:  # reported before the row that follows them
+                yield from ((index, b) for b in bad)
+                bad.clear()
             yield index, row
         yield from ((index, b) for b in bad)
         bad.clear()

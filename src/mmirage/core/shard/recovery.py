@@ -19,7 +19,7 @@ import orjson
 
 from mmirage.core.loader import DatasetShard
 from mmirage.core.shard.tally import tally
-from mmirage.core.writer.formats import FormatError, iter_rows
+from mmirage.core.writer.formats import FormatError, iter_rows, jsonl_lines
 from mmirage.rundir import ROW_KEY
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,6 @@ def salvage(published: Path, part: Path) -> int:
     """Copy the readable rows of a damaged published shard, in order up to the first bad
     one, into ``part`` (replacing it); return how many."""
     part.parent.mkdir(parents=True, exist_ok=True)
-    opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
     kept = 0
     with open(part, "wb") as out:
         if published.is_file() and published.suffix == ".jsonl":
@@ -121,7 +120,7 @@ def salvage(published: Path, part: Path) -> int:
         else:
             try:
                 for batch in iter_rows(published):
-                    out.write(b"".join(orjson.dumps(r, default=str, option=opts) for r in batch))
+                    out.write(jsonl_lines(batch))
                     kept += len(batch)
             except (FormatError, OSError, ValueError) as exc:
                 logger.warning(

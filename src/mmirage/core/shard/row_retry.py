@@ -30,12 +30,10 @@ from mmirage.core.shard.reading import row_by_key
 from mmirage.core.shard.retry_marker import Marker, read_marker
 from mmirage.core.shard.rows import RowWorker
 from mmirage.core.shard.tally import tally
-from mmirage.core.writer.formats import iter_rows
+from mmirage.core.writer.formats import iter_rows, jsonl_lines
 from mmirage.rundir import RETRY, ROW_KEY, USAGE
 
 logger = logging.getLogger(__name__)
-
-_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
 
 
 async def retry_failed_rows(
@@ -99,13 +97,13 @@ async def _recompute(worker: RowWorker, published: Path, sink: Path, group_rows:
                 usage = record[USAGE]
                 usage["input_tokens"] += marker.spent_input_tokens
                 usage["output_tokens"] += marker.spent_output_tokens
-            f.write(b"".join(orjson.dumps(r, default=str, option=_OPTS) for r in records))
+            f.write(jsonl_lines(records))
             group.clear()
 
         for row, marker in _marked(published, worker.shard):
             key = worker.key_of(row)
             for name, result in marker.kept.items():
-                worker.journal.add(key, name, result)  # taken instead of asked again
+                worker.journal.replay(key, name, result)  # taken instead of asked again
             group.append((row, marker))
             count += 1
             if len(group) >= group_rows:

@@ -8,12 +8,11 @@ an interrupted run already paid for come from the journal instead of a new reque
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mmirage.core.loader import BadRow, DatasetShard
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor
-from mmirage.core.render.prompts import render_prompt
+from mmirage.core.render.prompts import prompt_renderer
 from mmirage.core.render.renderer import OutputRenderer, is_placeholder
 from mmirage.core.render.variables import RowError, VariableExtractor, image_urls
 from mmirage.core.shard.journal import ResultJournal
@@ -33,18 +32,36 @@ def processor_key(processor: ProcessorConfig) -> str:
     return processor.name or processor.type
 
 
-@dataclass
 class _RowWork:
-    index: int
-    key: str
-    source_index: int
-    row: dict[str, Any]
-    variables: dict[str, Any]
-    errors: dict[str, str] = field(default_factory=dict)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    retryable: set[str] = field(default_factory=set)  # outputs whose error a retry may fix
-    paid: dict[str, tuple[int, int]] = field(default_factory=dict)  # succeeded output: tokens
+    """One row on its way through the outputs (a plain class: rows are many)."""
+
+    __slots__ = (
+        "errors",
+        "index",
+        "input_tokens",
+        "key",
+        "output_tokens",
+        "paid",
+        "retryable",
+        "row",
+        "source_index",
+        "variables",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        key: str,
+        source_index: int,
+        row: dict[str, Any],
+        variables: dict[str, Any],
+    ) -> None:
+        self.index, self.key, self.source_index = index, key, source_index
+        self.row, self.variables = row, variables
+        self.errors: dict[str, str] = {}
+        self.input_tokens = self.output_tokens = 0
+        self.retryable: set[str] = set()  # outputs whose error a retry may fix
+        self.paid: dict[str, tuple[int, int]] = {}  # succeeded output: tokens
 
 
 class RowWorker:
@@ -66,11 +83,21 @@ class RowWorker:
         self.offsets = offsets
         self.procs = procs
         self.journal = journal
-        self.dataset_index = shard.dataset_index  # read per row: a plain attribute
+        self.dataset_index = shard.dataset_index
         self.extractor = VariableExtractor.for_params(pp, shard.source.image_base_path)
         self.image_names = [i.name for i in pp.inputs if i.type == "image"]
         self.renderer = OutputRenderer(pp.output_schema, remove_columns=pp.remove_columns)
         self.output_names = [o.name for o in pp.outputs]
+        # What each succeeded output cost, for a failed row's retry marker: with one output,
+        # a failed row has no succeeded output.
+        self.track_paid = len(self.output_names) > 1
+        # Each prompt compiled once (custom outputs have none).
+        self.prompts = {
+            o.name: prompt_renderer(prompt)
+            for o in pp.outputs
+            if (prompt := getattr(o, "prompt", None)) is not None
+        }
+        self._split_starts: dict[str | None, int] = {}  # split -> its first source_index
         # The schema's batch_api variables: only their placeholders call for __vars__.
         batch = {o.name for o in pp.outputs if o.type == "batch_api"}
         self.batch_outputs = [n for n in self.renderer.variables if n in batch]
@@ -81,6 +108,7 @@ class RowWorker:
     async def process(self, items: list[Item]) -> list[dict[str, Any]]:
         records: list[dict[str, Any] | None] = [None] * len(items)
         live: list[_RowWork] = []
+        extract, starts, dataset = self.extractor.extract, self._split_starts, self.dataset_index
         for index, item in enumerate(items):
             if isinstance(item, BadRow):
                 error = f"line {item.line} of {item.file} is not a valid row: {item.error}"
@@ -88,15 +116,19 @@ class RowWorker:
                 self.count.finish(failed=True)
                 continue
             try:
-                variables = self.extractor.extract(item.data)
+                variables = extract(item.data)
             except RowError as exc:
                 records[index] = self._failed(self.key_of(item), item.data, {"__row__": str(exc)})
                 self.count.finish(failed=True)
                 continue
-            source_index = self.offsets[(self.dataset_index, item.split)] + item.row_id
-            live.append(_RowWork(index, self.key_of(item), source_index, item.data, variables))
+            split, row_id = item.split, item.row_id
+            start = starts.get(split)
+            if start is None:
+                start = starts[split] = self.offsets[(dataset, split)]
+            key = f"{dataset}:{split or ''}:{row_id}"
+            live.append(_RowWork(index, key, start + row_id, item.data, variables))
         for output in self.config.processing_params.outputs:
-            await self._output(output, [w for w in live if output.name not in w.errors])
+            await self._output(output, live)
         for w in live:
             records[w.index] = self._record(w)
         return [r for r in records if r is not None]
@@ -104,7 +136,8 @@ class RowWorker:
     def _record(self, w: _RowWork) -> dict[str, Any]:
         """The row as published: rendered in full when every output has a value (a fallback
         counts), else with ``None`` only where the schema reads an output it lacks."""
-        missing = [name for name in self.output_names if name not in w.variables]
+        # A row without errors has every output's value.
+        missing = [n for n in self.output_names if n not in w.variables] if w.errors else None
         if not missing:
             try:
                 rendered = self.renderer.render(w.variables, w.row)
@@ -112,78 +145,76 @@ class RowWorker:
                 self.count.failed += not w.errors  # counted as a good row when it finished
                 w.errors["__schema__"] = str(exc)
                 return self._failed(w.key, w.row, w.errors, w.input_tokens, w.output_tokens)
-            rendered.update(self._meta(w))  # a new dict: no copy needed
-            return rendered
+            return self._with_meta(rendered, w)
         rendered, schema_error = self.renderer.render_partial(w.variables, w.row, missing)
         if schema_error is not None:
             w.errors.setdefault("__schema__", schema_error)
-        rendered.update(self._meta(w))
-        return rendered
+        return self._with_meta(rendered, w)
 
     async def _output(self, output: OutputVar, work: list[_RowWork]) -> None:
         """Compute one output for the rows still going (a row whose earlier output failed
         without a fallback gets no later output: it would mostly depend on the failed one)."""
-        work = [w for w in work if all(name in w.variables for name in w.errors)]
-        template: str | None = getattr(output, "prompt", None)  # custom outputs have none
+        name = output.name
+        if any(w.errors for w in work):
+            work = [w for w in work if all(e in w.variables for e in w.errors)]
+        render = self.prompts.get(name)  # custom outputs have no prompt
+        images = self.image_names if render is not None else None
+        lookup = self.journal.get if self.journal.replays else None
         requests: list[OutputRequest] = []
         sent: list[_RowWork] = []
         for w in work:
-            journaled = self.journal.get(w.key, output.name)
-            if journaled is not None:  # paid for by an interrupted run
-                self._take(w, output.name, journaled)
-                continue
+            if lookup is not None:
+                journaled = lookup(w.key, name)
+                if journaled is not None:  # paid for by an interrupted run
+                    self._take(w, name, journaled)
+                    continue
+            variables = w.variables
             try:
-                prompt = None if template is None else render_prompt(template, w.variables)
+                prompt = None if render is None else render(variables)
             except RowError as exc:
-                w.errors[output.name] = str(exc)
+                w.errors[name] = str(exc)
                 self.count.finish(failed=True)  # no later output runs for this row
                 continue
-            images = image_urls(w.variables, self.image_names) if template is not None else []
+            urls = image_urls(variables, images) if images else []
             requests.append(
-                OutputRequest(
-                    w.key, output.name, prompt, images, w.variables, w.row, w.source_index
-                )
+                OutputRequest(w.key, name, prompt, urls, variables, w.row, w.source_index)
             )
             sent.append(w)
         if not requests:
             return
         proc = self.procs[processor_key(self.config.processor_for(output))]
-        journal = proc.journal_results
-        got = 0
-        results = proc.stream(output, requests)
-        try:
-            async for index, result in results:
-                w = sent[index]
-                if journal:
-                    self.journal.add(w.key, output.name, result)
-                self._take(w, output.name, result)
-                got += 1
-        finally:
-            # If journaling failed, the processor hears of it now (and sends no more).
-            close = getattr(results, "aclose", None)  # a plain async iterator has none
-            if close is not None:
-                await close()
+        journal = self.journal if proc.journal_results else None
+        take_result = self._take
+
+        def take(index: int, result: OutputResult) -> None:
+            # Journaled the moment it arrives; a failed write ends the call (sends no more).
+            w = sent[index]
+            if journal is not None:
+                journal.add(w.key, name, result)
+            take_result(w, name, result)
+
+        await proc.deliver(output, requests, take)
         self.journal.flush()
-        if got != len(requests):
-            raise RuntimeError(
-                f"the processor of output '{output.name}' answered {got} results for "
-                f"{len(requests)} requests"
-            )
 
     def _take(self, w: _RowWork, name: str, result: OutputResult) -> None:
-        if result.error is not None and not result.fallback:
-            self.count.finish(failed=True)  # no later output runs for this row
-        elif name == self.output_names[-1]:
-            self.count.finish(failed=bool(w.errors) or result.error is not None)
         w.input_tokens += result.input_tokens
         w.output_tokens += result.output_tokens
-        if result.error is not None:
-            w.errors[name] = result.error
-            if result.retryable:
-                w.retryable.add(name)
-        else:
-            w.paid[name] = (result.input_tokens, result.output_tokens)
-        if result.error is None or result.fallback:
+        error = result.error
+        if error is None:
+            w.variables[name] = result.value
+            if self.track_paid:
+                w.paid[name] = (result.input_tokens, result.output_tokens)
+            if name == self.output_names[-1]:
+                self.count.finish(failed=bool(w.errors))
+            return
+        if not result.fallback:
+            self.count.finish(failed=True)  # no later output runs for this row
+        elif name == self.output_names[-1]:
+            self.count.finish(failed=True)
+        w.errors[name] = error
+        if result.retryable:
+            w.retryable.add(name)
+        if result.fallback:
             w.variables[name] = result.value
 
     def _failed(
@@ -199,12 +230,15 @@ class RowWorker:
         usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
         return {**base, ROW_KEY: key, ERRORS: errors, USAGE: usage}
 
-    def _meta(self, w: _RowWork) -> dict[str, Any]:
-        usage = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens}
-        meta: dict[str, Any] = {ROW_KEY: w.key, ERRORS: w.errors or None, USAGE: usage}
+    def _with_meta(self, rendered: dict[str, Any], w: _RowWork) -> dict[str, Any]:
+        """``rendered`` with the row's key, errors and usage, and what merge or retry need."""
+        variables = w.variables
+        rendered[ROW_KEY] = w.key
+        rendered[ERRORS] = w.errors or None
+        rendered[USAGE] = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens}
         batch = self.batch_outputs
-        if batch and any(is_placeholder(w.variables.get(n)) for n in batch):
-            meta[VARS] = {n: w.variables[n] for n in self.renderer.variables if n in w.variables}
+        if batch and any(is_placeholder(variables.get(n)) for n in batch):
+            rendered[VARS] = {n: variables[n] for n in self.renderer.variables if n in variables}
         if w.errors and w.retryable.issuperset(w.errors):
-            meta[RETRY] = retry_marker(w.variables, w.paid, w.input_tokens, w.output_tokens)
-        return meta
+            rendered[RETRY] = retry_marker(variables, w.paid, w.input_tokens, w.output_tokens)
+        return rendered
