@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +248,37 @@ def test_cli_run_publishes_the_configured_format_and_merge_reads_it(
     assert merged.returncode == 0, merged.stderr
     rows = [json.loads(x) for x in (tmp_path / "out" / "merged.jsonl").read_text().splitlines()]
     assert [r["loud"] for r in rows] == [f"T{i}" for i in range(7)]
+
+
+def _counted(rows: list[dict[str, Any]], reads: list[int]) -> formats.Batches:
+    """Batches of 1000 rows that count how often the rows are read from the start."""
+
+    def batches() -> Iterator[list[dict[str, Any]]]:
+        reads.append(1)
+        for start in range(0, len(rows), formats.BATCH_ROWS):
+            yield rows[start : start + formats.BATCH_ROWS]
+
+    return batches
+
+
+@pytest.mark.parametrize("fmt", ["hf", "parquet"])
+@pytest.mark.parametrize("late", [None, "a float", "a new column", "a failed row"], ids=str)
+def test_arrow_formats_read_a_uniform_shard_once_and_others_twice(
+    tmp_path: Path, fmt: Format, late: str | None
+) -> None:
+    """What a later batch changes (ints then a float, a new column, a first error) is in the
+    written schema as if it had been seen first: the rows are then read twice."""
+    rows: list[dict[str, Any]] = [{"n": i, "t": f"r{i}", "__errors__": None} for i in range(2500)]
+    if late == "a float":
+        rows[2100]["n"] = 0.5
+    elif late == "a new column":
+        rows[1500]["extra"] = "x"
+    elif late == "a failed row":
+        rows[2200]["__errors__"] = {"answer": "boom"}
+    reads: list[int] = []
+    dest = tmp_path / f"out{formats.SUFFIX[fmt]}"
+    schema = formats.write_dataset(_counted(rows, reads), dest, fmt)
+    assert schema is not None
+    assert schema.arrow == formats.infer_schema([rows]).arrow
+    assert len(reads) == (1 if late is None else 3)  # the try that stopped, then two passes
+    assert read_all(dest) == [{name: r.get(name) for name in schema.arrow.names} for r in rows]

@@ -2,11 +2,12 @@
 
 Everything streams in batches of ``BATCH_ROWS`` rows: no format ever holds a whole dataset in
 Python memory. The Arrow formats need one schema for the whole file, known before the first
-batch is written, so they read the shards twice: a first pass infers each column's type per
-batch and unifies them ("permissive": ``null`` becomes any type, ``int`` widens to ``float``,
-struct fields are merged); a second pass writes. A column whose values cannot share one Arrow
-type (``3`` in one row, ``"3"`` in another) is written as JSON text rather than failing the
-merge; ``Schema.json_columns`` names them.
+batch is written: they write under the first batch's schema while every later batch fits it
+(one pass, the common case); a batch that does not makes them read the rows twice, a first
+pass inferring the whole schema (``schema_inference``: ``null`` becomes any type, ``int``
+widens to ``float``, struct fields are merged) and a second one writing. A column whose values
+cannot share one Arrow type (``3`` in one row, ``"3"`` in another) is written as JSON text
+rather than failing the merge; ``Schema.json_columns`` names them.
 
 ``pyarrow`` and ``datasets`` are imported inside the functions: ``mmirage --help`` stays fast.
 """
@@ -17,14 +18,14 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
-from mmirage.core.writer.arrow_columns import plain_array, plain_type
+from mmirage.core.writer.arrow_columns import plain_array
 from mmirage.core.writer.hf_layout import HfLayout
+from mmirage.core.writer.schema_inference import Schema, SchemaInference, infer_schema
 from mmirage.errors import WorkFailed
 from mmirage.rundir import ROW_KEY
 
@@ -36,7 +37,8 @@ BATCH_ROWS = 1000
 SUFFIX: dict[str, str] = {"hf": "", "jsonl": ".jsonl", "parquet": ".parquet"}
 
 Batches = Callable[[], Iterator[list[dict[str, Any]]]]
-"""A re-iterable source of row batches (the Arrow formats read it twice)."""
+"""A re-iterable source of row batches (the Arrow formats may read it twice)."""
+_ArrowWriter = Callable[[Iterator[list[dict[str, Any]]], Schema, Path], None]
 
 
 class FormatError(WorkFailed):
@@ -122,53 +124,6 @@ def iter_hf(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[dict[str,
             yield record_batch.to_pylist()
 
 
-@dataclass
-class Schema:
-    """The Arrow schema of the written rows and the columns written as JSON text."""
-
-    arrow: Any  # pyarrow.Schema
-    json_columns: list[str] = field(default_factory=list)
-
-
-def infer_schema(batches: Iterable[list[dict[str, Any]]]) -> Schema:
-    """One pass over the rows; column order is first-seen order."""
-    import pyarrow as pa
-
-    types: dict[str, Any] = {}
-    as_json: set[str] = set()
-    for batch in batches:
-        names: dict[str, None] = {}
-        for row in batch:
-            names.update(dict.fromkeys(row))
-        for name in names:
-            if name in as_json:
-                continue
-            values = [row.get(name) for row in batch]
-            try:
-                seen = plain_type(values)
-                seen = pa.array(values).type if seen is None else seen
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-                as_json.add(name)  # mixed types inside this batch already
-                types.setdefault(name, pa.string())
-                continue
-            if name not in types:
-                types[name] = seen
-                continue
-            try:
-                merged = pa.unify_schemas(
-                    [pa.schema([(name, types[name])]), pa.schema([(name, seen)])],
-                    promote_options="permissive",
-                )
-            except (pa.ArrowInvalid, pa.ArrowTypeError, NotImplementedError):
-                as_json.add(name)
-                types[name] = pa.string()
-            else:
-                types[name] = merged.field(name).type
-    for name in as_json:
-        types[name] = pa.string()
-    return Schema(pa.schema(list(types.items())), sorted(as_json))
-
-
 def _dumps(value: Any) -> bytes:
     opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
     return orjson.dumps(value, default=str, option=opts)
@@ -222,19 +177,51 @@ def write_dataset(batches: Batches, dest: Path, fmt: Format) -> Schema | None:
         schema = None
         if fmt == "jsonl":
             _write_jsonl(batches(), tmp)
+        elif fmt not in _ARROW_WRITERS:
+            raise FormatError(f"unknown output format {fmt!r}; use one of {FORMATS}")
         else:
-            schema = _not_empty(infer_schema(batches()))
-            if fmt == "parquet":
-                _write_parquet(batches(), schema, tmp)
-            elif fmt == "hf":
-                _write_hf(batches(), schema, tmp)
-            else:
-                raise FormatError(f"unknown output format {fmt!r}; use one of {FORMATS}")
+            schema = _write_arrow(batches, tmp, _ARROW_WRITERS[fmt])
         _fsync_tree(tmp)
         _replace(tmp, dest)
     except BaseException:
         _remove(tmp)
         raise
+    return schema
+
+
+def _write_arrow(batches: Batches, tmp: Path, write: _ArrowWriter) -> Schema:
+    """One pass while the schema holds: the first batch's schema is written under, and
+    each later batch is checked against it as it comes (most shards are uniform). A batch
+    that changes it (a new column, a first failed row, ints then floats) sends the rows
+    through twice: the whole schema first, then the write."""
+    source = batches()
+    try:
+        first = next(source, None)
+        if first is not None:
+            inference = SchemaInference()
+            inference.add(first)
+            schema = _not_empty(inference.schema())
+            changed = False
+
+            def fitting() -> Iterator[list[dict[str, Any]]]:
+                nonlocal changed
+                yield first
+                for batch in source:
+                    if inference.add(batch):
+                        changed = True  # what was written so far is thrown away
+                        return
+                    yield batch
+
+            write(fitting(), schema, tmp)
+            if not changed:
+                return schema
+            _remove(tmp)
+    finally:
+        close = getattr(source, "close", None)  # a generator holds its file open
+        if close is not None:
+            close()
+    schema = _not_empty(infer_schema(batches()))
+    write(batches(), schema, tmp)
     return schema
 
 
@@ -300,6 +287,9 @@ def _write_hf(batches: Iterator[list[dict[str, Any]]], schema: Schema, path: Pat
             _save_with_datasets(stream, path)
     finally:
         stream.unlink(missing_ok=True)
+
+
+_ARROW_WRITERS: dict[str, _ArrowWriter] = {"parquet": _write_parquet, "hf": _write_hf}
 
 
 def _save_with_datasets(stream: Path, path: Path) -> None:
