@@ -70,6 +70,8 @@ class Message:
         Raises:
             ConfigError: neither text nor an image was given.
         """
+        if not image_urls and text:  # the common case, built by millions: no list
+            return cls("user", (TextPart(text),))
         parts: list[Part] = [ImagePart(str(url)) for url in image_urls or ()]
         if text:
             parts.append(TextPart(text))

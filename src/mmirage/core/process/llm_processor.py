@@ -202,13 +202,13 @@ class _ItemBuilder:
     """One output's requests as llm_kit items (llm_kit imported once per group, not per row)."""
 
     def __init__(self, output_name: str, response_model: type[BaseModel] | None) -> None:
-        from llm_kit import BatchItem, Message, TextPart
+        from llm_kit import BatchItem, Message
         from llm_kit.errors import ConfigError as ItemConfigError
 
         self.output_name = output_name
         self.response_model = response_model
         self.item_type = BatchItem
-        self.message_type, self.text_part = Message, TextPart
+        self.user_message = Message.user
         self.item_error = ItemConfigError
 
     def __call__(self, index: int, request: OutputRequest) -> BatchItem | OutputResult:
@@ -216,10 +216,7 @@ class _ItemBuilder:
         if not prompt and not images:
             return OutputResult(error=f"output '{self.output_name}': the rendered prompt is empty")
         try:
-            if images:
-                message = self.message_type.user(prompt, image_urls=images)
-            else:  # what Message.user builds for text alone
-                message = self.message_type("user", (self.text_part(prompt),))
+            message = self.user_message(prompt, image_urls=images)
             item = self.item_type(
                 f"{request.row_key}:{self.output_name}", [message], self.response_model
             )

@@ -104,8 +104,7 @@ class ResultJournal:
         unwritten += orjson.dumps(entry, default=str, option=_OPTS)
         self._lines += 1
         self._live[f"{key}{_SEP}{output}"] = entry
-        if output not in self._outputs:
-            self._outputs.add(output)
+        self._outputs.add(output)
         if first:
             try:
                 asyncio.get_running_loop().call_soon(self._flush_at_end_of_turn)

@@ -207,10 +207,8 @@ class RowWorker:
             if name == self.output_names[-1]:
                 self.count.finish(failed=bool(w.errors))
             return
-        if not result.fallback:
-            self.count.finish(failed=True)  # no later output runs for this row
-        elif name == self.output_names[-1]:
-            self.count.finish(failed=True)
+        if not result.fallback or name == self.output_names[-1]:
+            self.count.finish(failed=True)  # without a fallback no later output runs for it
         w.errors[name] = error
         if result.retryable:
             w.retryable.add(name)
