@@ -12,9 +12,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident set size, in MB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
+    """This process's peak resident set size, in MB (Linux reports KiB); with
+    ``resource.RUSAGE_CHILDREN``, the largest of its ended children's."""
+    return resource.getrusage(who).ru_maxrss / 1024
 
 
 def run_child(argv: list[str]) -> tuple[str, float]:

@@ -38,11 +38,10 @@ from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import (
     FORMATS,
     Format,
-    iter_jsonl,
     iter_rows,
     jsonl_lines,
-    write_dataset,
 )
+from mmirage.core.writer.helper import ArrowHelper
 from mmirage.rundir import (
     COUNTERS,
     atomic_write_json,
@@ -137,6 +136,8 @@ class ShardOutput:
         self.part = part_path(self.dir, self.name)
         self.checkpoint_path = checkpoint_path(self.dir, self.name)
         self._file: IO[bytes] | None = None
+        # Who writes an Arrow publish: a run gives its helper process; none converts here.
+        self.arrow = ArrowHelper()
 
     def path_for(self, fmt: Format) -> Path:
         """Where this shard is published in ``fmt`` (HF: a directory; else one file)."""
@@ -282,7 +283,7 @@ class ShardOutput:
             if self.format == "jsonl":
                 os.replace(self.part, dest)
             else:
-                write_dataset(lambda: iter_jsonl(self.part), dest, self.format)
+                self.arrow.write(self.part, dest, self.format)
                 self.part.unlink(missing_ok=True)
         _fsync_dir(self.dir)
         written = describe(dest, ckpt.rows_done)

@@ -57,6 +57,7 @@ from mmirage.core.shard.state import (
     shard_lock,
 )
 from mmirage.core.shard.stop import interruption
+from mmirage.core.writer.helper import ArrowHelper
 from mmirage.rundir import (
     fingerprint,
     journal_path,
@@ -191,36 +192,42 @@ async def _arun_shard_locked(
 
     if all(done) and not retrying:  # published, but status.json was lost: record it as is
         processors = {}
-    async with _processors(config, processors, context) as procs:
-        status.start(fp)
-        beating = asyncio.create_task(_heartbeat(status))
-        try:
-            for shard, out, finished in zip(shards, outputs, done, strict=True):
-                if finished is None:
-                    await run_dataset(config, shard, offsets, out, fp, procs, status, report)
-                elif retry_rows and finished.rows_retryable:
-                    worker = RowWorker(config, shard, offsets, procs, open_journal(out, fp))
-                    rows = group_rows(config, procs)
-                    report.add(await retry_failed_rows(worker, out, rows, report.notes))
-                    report.resumed_rows += finished.rows_done - finished.rows_retryable
-                else:
-                    report.add(finished)
-                report.published.append(str(out.published))
-        except BaseException as exc:  # KeyboardInterrupt and SIGTERM too: never leave "running"
-            for out in outputs:
-                out.close()
+    # Arrow shards are converted by a helper process, which imports pyarrow meanwhile.
+    with ArrowHelper.start(lp.output_format) as arrow:
+        for out in outputs:
+            out.arrow = arrow
+        async with _processors(config, processors, context) as procs:
+            status.start(fp)
+            beating = asyncio.create_task(_heartbeat(status))
+            try:
+                for shard, out, finished in zip(shards, outputs, done, strict=True):
+                    if finished is None:
+                        await run_dataset(config, shard, offsets, out, fp, procs, status, report)
+                    elif retry_rows and finished.rows_retryable:
+                        worker = RowWorker(config, shard, offsets, procs, open_journal(out, fp))
+                        rows = group_rows(config, procs)
+                        report.add(await retry_failed_rows(worker, out, rows, report.notes))
+                        report.resumed_rows += finished.rows_done - finished.rows_retryable
+                    else:
+                        report.add(finished)
+                    report.published.append(str(out.published))
+            except BaseException as exc:  # KeyboardInterrupt and SIGTERM too: never leave "running"
+                for out in outputs:
+                    out.close()
+                report.runtime_seconds = time.monotonic() - started
+                interrupted = isinstance(
+                    exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit
+                )
+                error = interruption() if interrupted else f"{type(exc).__name__}: {exc}"
+                status.finish(error, _stats(report))
+                raise
+            finally:
+                beating.cancel()
+            # Recorded before the processors close (a launched server takes seconds to stop): a
+            # SIGTERM then must not leave a published shard "running".
             report.runtime_seconds = time.monotonic() - started
-            interrupted = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit)
-            error = interruption() if interrupted else f"{type(exc).__name__}: {exc}"
-            status.finish(error, _stats(report))
-            raise
-        finally:
-            beating.cancel()
-        # Recorded before the processors close (a launched server takes seconds to stop): a
-        # SIGTERM then must not leave a published shard "running".
-        report.runtime_seconds = time.monotonic() - started
-        status.update_counters(report.counters())
-        status.finish(None, _stats(report))
+            status.update_counters(report.counters())
+            status.finish(None, _stats(report))
     return report
 
 

@@ -1,0 +1,199 @@
+"""The Arrow helper process: a shard's HF or Parquet publish written beside the run, the same
+bytes as in the run's own process, and never a cause of failure (anything but success and the
+run converts by itself, raising what it raises)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mmirage.config import load_mmirage_config_dict
+from mmirage.core.process.base import OutputResult, Processor
+from mmirage.core.shard import runner
+from mmirage.core.shard.output import ShardOutput
+from mmirage.core.writer.formats import Format, FormatError, iter_rows
+from mmirage.core.writer.helper import ArrowHelper
+
+FP = "fp"
+
+
+def rows(n: int) -> list[dict[str, Any]]:
+    return [
+        {"id": i, "answer": f"a{i}", "meta": {"tags": ["x", str(i)]}, "__row_key__": f"0::{i}"}
+        for i in range(n)
+    ]
+
+
+def published_bytes(path: Path) -> dict[str, Any]:
+    """The published files' bytes; HF's state.json without its fingerprint, new at every
+    write as datasets' own."""
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    found: dict[str, Any] = {f.name: f.read_bytes() for f in files}
+    if "state.json" in found:
+        found["state.json"] = {**json.loads(found["state.json"]), "_fingerprint": None}
+    return found
+
+
+def publish(out_dir: Path, fmt: Format, written: list[dict[str, Any]], arrow: ArrowHelper) -> Path:
+    out = ShardOutput(str(out_dir), 0, 1, fmt)
+    out.arrow = arrow
+    ckpt = out.open(FP)
+    out.append(written)
+    ckpt.rows_done = len(written)
+    out.publish(ckpt)
+    return out.path_for(fmt)
+
+
+def leftovers(out_dir: Path) -> list[str]:
+    return sorted(p.name for p in out_dir.iterdir() if ".tmp." in p.name)
+
+
+@pytest.mark.parametrize("fmt", ["hf", "parquet"])
+def test_the_helper_writes_what_the_run_would_write_itself(tmp_path: Path, fmt: Format) -> None:
+    data = rows(2500)  # several conversion batches
+    with ArrowHelper.start(fmt) as arrow:
+        by_helper = publish(tmp_path / "helper", fmt, data, arrow)
+        assert arrow.running
+    in_process = publish(tmp_path / "here", fmt, data, ArrowHelper())
+
+    assert published_bytes(by_helper) == published_bytes(in_process)
+    assert [r for batch in iter_rows(by_helper) for r in batch] == data
+    assert leftovers(tmp_path / "helper") == []
+
+
+def test_a_dead_helper_leaves_the_publish_to_the_run(tmp_path: Path) -> None:
+    arrow = ArrowHelper.start("hf")
+    assert arrow.pid is not None
+    os.kill(arrow.pid, signal.SIGKILL)
+    dest = publish(tmp_path, "hf", rows(10), arrow)
+
+    assert [r for batch in iter_rows(dest) for r in batch] == rows(10)
+    assert not arrow.running  # asked once, found dead, not asked again
+
+
+def test_a_failed_conversion_is_raised_by_the_run_as_it_would_be_without_a_helper(
+    tmp_path: Path,
+) -> None:
+    part = tmp_path / "part.jsonl"
+    part.write_bytes(b'{"id": 1}\nnot json\n')
+    with ArrowHelper.start("parquet") as arrow:
+        with pytest.raises(FormatError, match=r"line 2 of .*part\.jsonl is not valid JSON"):
+            arrow.write(part, tmp_path / "out.parquet", "parquet")
+        assert arrow.running  # the helper stays for the next shard
+        good = tmp_path / "good.jsonl"
+        good.write_bytes(b'{"id": 1}\n')
+        arrow.write(good, tmp_path / "good.parquet", "parquet")
+    assert [r for batch in iter_rows(tmp_path / "good.parquet") for r in batch] == [{"id": 1}]
+    assert not (tmp_path / "out.parquet").exists() and leftovers(tmp_path) == []
+
+
+def test_ctrl_c_is_left_to_the_run_and_close_ends_the_helper(tmp_path: Path) -> None:
+    arrow = ArrowHelper.start("hf")
+    assert arrow.pid is not None
+    # A terminal's Ctrl-C goes to its foreground process group: the run's, not the helper's.
+    assert os.getpgid(arrow.pid) != os.getpgid(0)
+    publish(tmp_path, "hf", rows(3), arrow)
+    assert arrow.running
+    pid = arrow.pid
+    arrow.close()
+    assert not arrow.running
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # gone, and reaped
+
+
+def test_a_helper_stopped_mid_conversion_leaves_no_temporary_file(tmp_path: Path) -> None:
+    part = tmp_path / "part.jsonl"
+    line = b'{"id": 1, "text": "%s"}\n' % (b"x" * 200)
+    part.write_bytes(line * 300_000)  # seconds of conversion
+    arrow = ArrowHelper.start("hf")
+    arrow.send(part, tmp_path / "out", "hf")
+    deadline = time.monotonic() + 60
+    while not leftovers(tmp_path) and time.monotonic() < deadline:  # it has begun writing
+        time.sleep(0.01)
+    assert leftovers(tmp_path), "the helper never began writing"
+    arrow.close()  # SIGTERM: the conversion unwinds and removes its temporary sibling
+    assert leftovers(tmp_path) == []
+    assert not (tmp_path / "out").exists()
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" in f.read()  # ended, waiting for init to reap it
+    except FileNotFoundError:
+        return True
+
+
+def test_the_helper_ends_when_its_run_is_killed() -> None:
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal\n"
+            "from mmirage.core.writer.helper import ArrowHelper\n"
+            "print(ArrowHelper.start('hf').pid, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    pid = int(run.stdout)
+    deadline = time.monotonic() + 30
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid)
+
+
+def test_jsonl_shards_need_no_helper() -> None:
+    assert not ArrowHelper.start("jsonl").running
+
+
+class Echo(Processor):
+    async def process(self, output: Any, requests: Sequence[Any]) -> list[OutputResult]:
+        return [OutputResult(value=r.prompt) for r in requests]
+
+
+def test_a_run_hands_its_arrow_publish_to_its_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(f'{{"text": "row {i}"}}\n' for i in range(20)))
+    config = load_mmirage_config_dict(
+        {
+            "processors": [{"type": "llm", "model": "m"}],
+            "loading_params": {
+                "state_dir": str(tmp_path / "state"),
+                "datasets": [{"path": str(data), "type": "JSONL", "output_dir": str(tmp_path)}],
+                "output_format": "hf",
+            },
+            "processing_params": {
+                "inputs": [{"name": "text", "key": "text"}],
+                "outputs": [{"name": "answer", "type": "llm", "prompt": "{{ text }}"}],
+                "output_schema": {"answer": "{{ answer }}"},
+            },
+        },
+        env={},
+    )
+    asked: list[tuple[bool, str]] = []
+    real_ask = ArrowHelper._ask
+
+    def ask(self: ArrowHelper, part: Path, dest: Path, fmt: Format) -> bool:
+        asked.append((self.running, fmt))
+        return real_ask(self, part, dest, fmt)
+
+    monkeypatch.setattr(ArrowHelper, "_ask", ask)
+    report = runner.run_shard(config, 0, processors={"llm": Echo()})
+
+    assert asked == [(True, "hf")]
+    assert [r["answer"] for batch in iter_rows(Path(report.published[0])) for r in batch] == [
+        f"row {i}" for i in range(20)
+    ]
