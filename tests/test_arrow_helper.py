@@ -112,17 +112,58 @@ def test_ctrl_c_is_left_to_the_run_and_close_ends_the_helper(tmp_path: Path) -> 
 
 def test_a_helper_stopped_mid_conversion_leaves_no_temporary_file(tmp_path: Path) -> None:
     part = tmp_path / "part.jsonl"
-    line = b'{"id": 1, "text": "%s"}\n' % (b"x" * 200)
-    part.write_bytes(line * 300_000)  # seconds of conversion
+    part.write_bytes(b'{"id": 1}\n' * 5000)
     arrow = ArrowHelper.start("hf")
-    arrow.send(part, tmp_path / "out", "hf")
+    assert arrow.grow(part, tmp_path / "out", "hf", part.stat().st_size)  # durable, not final
     deadline = time.monotonic() + 60
     while not leftovers(tmp_path) and time.monotonic() < deadline:  # it has begun writing
         time.sleep(0.01)
     assert leftovers(tmp_path), "the helper never began writing"
-    arrow.close()  # SIGTERM: the conversion unwinds and removes its temporary sibling
+    arrow.close()  # the run stopped: SIGTERM, the conversion unwinds and removes its sibling
     assert leftovers(tmp_path) == []
     assert not (tmp_path / "out").exists()
+
+
+def lines_of(written: list[dict[str, Any]]) -> list[bytes]:
+    return [json.dumps(row).encode() + b"\n" for row in written]
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        pytest.param({"score": 1.5}, id="an int column becomes float"),
+        pytest.param({"extra": "x"}, id="a new column"),
+        pytest.param({}, id="uniform"),
+    ],
+)
+def test_a_part_file_converted_as_it_grows_is_what_a_whole_conversion_writes(
+    tmp_path: Path, later: dict[str, Any]
+) -> None:
+    first = [{"id": i, "score": i, "text": f"t{i}"} for i in range(1500)]
+    second = [{"id": i, "score": i, "text": f"t{i}", **later} for i in range(1500, 2600)]
+    part = tmp_path / "part.jsonl"
+    with ArrowHelper.start("hf") as arrow:
+        with open(part, "wb") as f:
+            for chunk in (lines_of(first), lines_of(second[:300]), lines_of(second[300:])):
+                f.writelines(chunk)
+                f.flush()
+                assert arrow.grow(part, tmp_path / "grown", "hf", f.tell())
+        arrow.write(part, tmp_path / "grown", "hf", part.stat().st_size)
+    ArrowHelper().write(part, tmp_path / "whole", "hf")
+
+    assert published_bytes(tmp_path / "grown") == published_bytes(tmp_path / "whole")
+    assert leftovers(tmp_path) == []
+
+
+def test_a_part_file_that_shrank_is_converted_whole(tmp_path: Path) -> None:
+    part = tmp_path / "part.jsonl"
+    part.write_bytes(b"".join(lines_of(rows(50))))
+    with ArrowHelper.start("parquet") as arrow:
+        arrow.grow(part, tmp_path / "out.parquet", "parquet", part.stat().st_size)
+        part.write_bytes(b"".join(lines_of(rows(20))))  # rewritten from the start
+        arrow.write(part, tmp_path / "out.parquet", "parquet", part.stat().st_size)
+        assert arrow.running
+    assert [r for batch in iter_rows(tmp_path / "out.parquet") for r in batch] == rows(20)
 
 
 def gone(pid: int) -> bool:
@@ -183,17 +224,19 @@ def test_a_run_hands_its_arrow_publish_to_its_helper(
         },
         env={},
     )
-    asked: list[tuple[bool, str]] = []
+    asked: list[tuple[bool, str, int | None]] = []
     real_ask = ArrowHelper._ask
 
-    def ask(self: ArrowHelper, part: Path, dest: Path, fmt: Format) -> bool:
-        asked.append((self.running, fmt))
-        return real_ask(self, part, dest, fmt)
+    def ask(self: ArrowHelper, part: Path, dest: Path, fmt: Format, upto: int | None) -> bool:
+        asked.append((self.running, fmt, upto))
+        return real_ask(self, part, dest, fmt, upto)
 
     monkeypatch.setattr(ArrowHelper, "_ask", ask)
     report = runner.run_shard(config, 0, processors={"llm": Echo()})
 
-    assert asked == [(True, "hf")]
+    # Told of each checkpoint, the helper was asked for the rows after the last one only.
+    [(running, fmt, upto)] = asked
+    assert running and fmt == "hf" and upto is not None and upto > 0
     assert [r["answer"] for batch in iter_rows(Path(report.published[0])) for r in batch] == [
         f"row {i}" for i in range(20)
     ]

@@ -138,6 +138,7 @@ class ShardOutput:
         self._file: IO[bytes] | None = None
         # Who writes an Arrow publish: a run gives its helper process; none converts here.
         self.arrow = ArrowHelper()
+        self._grown = False  # the helper was told of every checkpoint since open()
 
     def path_for(self, fmt: Format) -> Path:
         """Where this shard is published in ``fmt`` (HF: a directory; else one file)."""
@@ -229,6 +230,7 @@ class ShardOutput:
         self._file = open(self.part, mode)  # noqa: SIM115 - kept open across batches
         self._file.truncate(ckpt.offset)
         self._file.seek(ckpt.offset)
+        self._grown = False
         return ckpt
 
     def append(self, records: list[dict[str, Any]]) -> None:
@@ -246,6 +248,9 @@ class ShardOutput:
         ckpt.offset = self._file.tell()
         with writing(self.checkpoint_path, OUTPUT_DIR):
             atomic_write_json(self.checkpoint_path, asdict(ckpt))
+        # The durable rows can be converted now, beside the run.
+        dest = self.path_for(self.format)
+        self._grown = self.arrow.grow(self.part, dest, self.format, ckpt.offset)
 
     def publish(self, ckpt: ShardCheckpoint) -> None:
         """Publish the complete part file in ``output_format``, atomically.
@@ -261,6 +266,7 @@ class ShardOutput:
         """Open an empty part file for a published shard's new version (``republish``)."""
         self.part.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.part, "w+b")  # noqa: SIM115 - kept open across batches
+        self._grown = False
 
     def republish(self, ckpt: ShardCheckpoint) -> None:
         """Publish the rewritten part file in place of the published shard. The checkpoint is
@@ -283,7 +289,8 @@ class ShardOutput:
             if self.format == "jsonl":
                 os.replace(self.part, dest)
             else:
-                self.arrow.write(self.part, dest, self.format)
+                upto = ckpt.offset if self._grown else None  # else: converted whole
+                self.arrow.write(self.part, dest, self.format, upto)
                 self.part.unlink(missing_ok=True)
         _fsync_dir(self.dir)
         written = describe(dest, ckpt.rows_done)

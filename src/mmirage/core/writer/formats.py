@@ -64,21 +64,29 @@ def jsonl_lines(rows: Iterable[Any]) -> bytearray:
 
 def iter_jsonl(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
     """A published JSONL shard's rows, in file order, ``batch_rows`` at a time."""
-    batch: list[dict[str, Any]] = []
     with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise FormatError(f"line {number} of {path} is not valid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise FormatError(f"line {number} of {path} is not a JSON object")
-            batch.append(row)
-            if len(batch) >= batch_rows:
-                yield batch
-                batch = []
+        yield from jsonl_batches(f, path, batch_rows)
+
+
+def jsonl_batches(
+    lines: Iterable[bytes], path: Path, batch_rows: int = BATCH_ROWS
+) -> Iterator[list[dict[str, Any]]]:
+    """The JSON object of each of ``lines`` (the lines of ``path``; blank ones skipped),
+    ``batch_rows`` at a time."""
+    batch: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise FormatError(f"line {number} of {path} is not valid JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise FormatError(f"line {number} of {path} is not a JSON object")
+        batch.append(row)
+        if len(batch) >= batch_rows:
+            yield batch
+            batch = []
     if batch:
         yield batch
 

@@ -1,17 +1,20 @@
 """Arrow shards written by a helper process, beside the run rather than after it.
 
 Publishing an HF or Parquet shard costs its process ``import pyarrow`` (numpy with it, about
-0.15 s of CPU) and the conversion of the part file. ``ArrowHelper.start()`` launches
-``python -m mmirage.core.writer.helper`` when a shard's work begins: it imports pyarrow while
-the first requests go out, on another core. At publish, ``write`` asks it to convert the part
-file with the same ``formats.write_dataset`` the run would call itself, and waits.
+0.15 s of CPU) and the conversion of the part file (about 5 µs a row). ``ArrowHelper.start()``
+launches ``python -m mmirage.core.writer.helper_process`` when a shard's work begins: it
+imports pyarrow while the first requests go out. Each checkpoint of a part file tells it how
+far the file is durable (``grow``), and it converts those rows meanwhile, on its own core; at
+publish, ``write`` tells it where the file ends and waits for the last rows only. The
+conversion is ``formats.write_dataset``, the code the run would call itself, batch for batch.
 
 The helper only ever saves time. Any other answer than success (it could not start, it died,
 the conversion raised) makes ``write`` convert in this process, which raises what a user must
 see (a full disk naming its file, a column that cannot be written). The helper has its own
-process group, so a terminal's Ctrl-C reaches the run alone; the run decides, and ``close``
-stops a busy helper with SIGTERM, which unwinds its conversion and removes the temporary
-sibling as an in-process one would. A run that dies closes the helper's input: it ends.
+process group, so a terminal's Ctrl-C reaches the run alone; the run decides. ``close`` (or a
+run that dies) closes the helper's input: it drops what it had begun, removing the temporary
+siblings as an in-process conversion would, and ends; a publish under way when the run stops
+is stopped by SIGTERM, to the same effect.
 """
 
 from __future__ import annotations
@@ -19,13 +22,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import subprocess
 import sys
+import threading
 from functools import partial
 from pathlib import Path
-from types import FrameType
-from typing import IO, Any
 
 import orjson
 
@@ -34,6 +35,7 @@ from mmirage.core.writer.formats import Format, iter_jsonl, write_dataset
 logger = logging.getLogger(__name__)
 
 ARROW_FORMATS: frozenset[str] = frozenset({"hf", "parquet"})
+HELPER_MODULE = "mmirage.core.writer.helper_process"
 STOP_WAIT_S = 10.0  # how long close() waits for the helper to end
 
 
@@ -43,7 +45,8 @@ class ArrowHelper:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
-        self._busy = False  # a conversion was asked and not answered
+        self._awaiting = False  # an answer is awaited: close() must stop what it is doing
+        self._sending = threading.Lock()  # checkpoints run in threads
 
     @classmethod
     def start(cls, fmt: Format) -> ArrowHelper:
@@ -54,7 +57,7 @@ class ArrowHelper:
             return helper
         try:
             helper._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, fmt],
+                [sys.executable, "-m", HELPER_MODULE, fmt],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 # Its failures are answered, or end it (the run then converts by itself).
@@ -65,12 +68,6 @@ class ArrowHelper:
             logger.debug("no Arrow helper process (%s): shards are converted in this one", exc)
         return helper
 
-    def write(self, part: Path, dest: Path, fmt: Format) -> None:
-        """Write the JSONL part file ``part`` as ``dest`` in ``fmt`` (``write_dataset``)."""
-        if fmt in ARROW_FORMATS and self._ask(part, dest, fmt):
-            return
-        write_dataset(partial(iter_jsonl, part), dest, fmt)
-
     @property
     def running(self) -> bool:
         """Whether there is a helper to ask (started, and not found dead)."""
@@ -80,24 +77,39 @@ class ArrowHelper:
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
-    def send(self, part: Path, dest: Path, fmt: Format) -> bool:
-        """Ask the helper to write ``part`` as ``dest``, without waiting; whether it was asked."""
+    def grow(self, part: Path, dest: Path, fmt: Format, upto: int) -> bool:
+        """``part``'s first ``upto`` bytes are durable: the helper converts them meanwhile.
+        Whether it was told (``False``: no helper, or not an Arrow format)."""
+        return fmt in ARROW_FORMATS and self.send(
+            {"op": "grow", **_names(part, dest, fmt), "upto": upto}
+        )
+
+    def write(self, part: Path, dest: Path, fmt: Format, upto: int | None = None) -> None:
+        """Write the JSONL part file ``part`` as ``dest`` in ``fmt`` (``write_dataset``).
+        ``upto``: the part file's length, when every checkpoint of it was ``grow``n."""
+        if fmt in ARROW_FORMATS and self._ask(part, dest, fmt, upto):
+            return
+        write_dataset(partial(iter_jsonl, part), dest, fmt)
+
+    def send(self, job: dict[str, object]) -> bool:
+        """Hand the helper ``job`` without waiting; whether it was handed."""
         proc = self._proc
         if proc is None or proc.stdin is None:
             return False
-        job = {"part": os.fspath(part), "dest": os.fspath(dest), "format": fmt}
-        self._busy = True
-        try:
-            proc.stdin.write(orjson.dumps(job) + b"\n")
-            proc.stdin.flush()
-        except OSError:  # it died
-            self.close()
-            return False
+        line = orjson.dumps(job) + b"\n"
+        with self._sending:
+            try:
+                proc.stdin.write(line)
+                proc.stdin.flush()
+            except OSError:  # it died
+                self.close()
+                return False
         return True
 
-    def _ask(self, part: Path, dest: Path, fmt: Format) -> bool:
+    def _ask(self, part: Path, dest: Path, fmt: Format, upto: int | None) -> bool:
         """Whether the helper wrote it (``False``: it could not, or is gone)."""
-        if not self.send(part, dest, fmt):
+        self._awaiting = True
+        if not self.send({"op": "write", **_names(part, dest, fmt), "upto": upto}):
             return False
         assert self._proc is not None and self._proc.stdout is not None
         try:
@@ -108,7 +120,7 @@ class ArrowHelper:
             self.close()
             logger.debug("the Arrow helper ended; converting %s in this process", part)
             return False
-        self._busy = False
+        self._awaiting = False
         answer = orjson.loads(reply)
         if answer.get("ok") is True:
             return True
@@ -116,11 +128,13 @@ class ArrowHelper:
         return False
 
     def close(self) -> None:
-        """End the helper: at once when idle (its input closes), else by SIGTERM."""
+        """End the helper. Its input closes, so it drops the conversions it was told of (the
+        run did not publish them) and ends; one whose answer is awaited (the run stopped in
+        the middle of a publish) is stopped by SIGTERM."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        if self._busy:
+        if self._awaiting:
             proc.terminate()
         if proc.stdin is not None:
             with contextlib.suppress(OSError):  # a dead helper's pipe may fail to flush
@@ -140,38 +154,5 @@ class ArrowHelper:
         self.close()
 
 
-def serve(jobs: IO[bytes], replies: IO[bytes]) -> None:
-    """The helper's side: one JSON job per line in, one JSON answer per line out."""
-    for line in jobs:
-        job = orjson.loads(line)
-        answer: dict[str, Any]
-        try:
-            part = Path(job["part"])
-            write_dataset(partial(iter_jsonl, part), Path(job["dest"]), job["format"])
-            answer = {"ok": True}
-        except Exception as exc:  # answered: the run converts again and raises it itself
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        replies.write(orjson.dumps(answer) + b"\n")
-        replies.flush()
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(1)  # unwinds write_dataset, which removes its temporary sibling
-
-
-def main() -> None:
-    signal.signal(signal.SIGTERM, _stop)
-    # Imported now, before the first job asks for them.
-    import pyarrow
-
-    if sys.argv[1:] == ["parquet"]:
-        import pyarrow.parquet  # noqa: F401
-
-    serve(sys.stdin.buffer, sys.stdout.buffer)
-    # Every answer is flushed and nothing else is held: skip the interpreter's teardown (tens
-    # of milliseconds with pyarrow loaded), which the run would wait for.
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()
+def _names(part: Path, dest: Path, fmt: Format) -> dict[str, str]:
+    return {"part": os.fspath(part), "dest": os.fspath(dest), "format": fmt}
