@@ -20,6 +20,7 @@ from mmirage.config import load_mmirage_config_dict
 from mmirage.core.process.base import OutputResult, Processor
 from mmirage.core.shard import runner
 from mmirage.core.shard.output import ShardOutput
+from mmirage.core.writer import helper as helper_module
 from mmirage.core.writer.formats import Format, FormatError, iter_rows
 from mmirage.core.writer.helper import ArrowHelper
 
@@ -58,12 +59,14 @@ def leftovers(out_dir: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("fmt", ["hf", "parquet"])
-def test_the_helper_writes_what_the_run_would_write_itself(tmp_path: Path, fmt: Format) -> None:
+def test_the_helper_writes_what_the_run_would_write_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: Format
+) -> None:
     data = rows(2500)  # several conversion batches
+    in_process = publish(tmp_path / "here", fmt, data, ArrowHelper())
+    not_in_this_process(monkeypatch)
     with ArrowHelper.start(fmt) as arrow:
         by_helper = publish(tmp_path / "helper", fmt, data, arrow)
-        assert arrow.running
-    in_process = publish(tmp_path / "here", fmt, data, ArrowHelper())
 
     assert published_bytes(by_helper) == published_bytes(in_process)
     assert [r for batch in iter_rows(by_helper) for r in batch] == data
@@ -137,12 +140,13 @@ def lines_of(written: list[dict[str, Any]]) -> list[bytes]:
     ],
 )
 def test_a_part_file_converted_as_it_grows_is_what_a_whole_conversion_writes(
-    tmp_path: Path, later: dict[str, Any]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, later: dict[str, Any]
 ) -> None:
     first = [{"id": i, "score": i, "text": f"t{i}"} for i in range(1500)]
     second = [{"id": i, "score": i, "text": f"t{i}", **later} for i in range(1500, 2600)]
     part = tmp_path / "part.jsonl"
-    with ArrowHelper.start("hf") as arrow:
+    with ArrowHelper.start("hf") as arrow, monkeypatch.context() as patched:
+        not_in_this_process(patched)
         with open(part, "wb") as f:
             for chunk in (lines_of(first), lines_of(second[:300]), lines_of(second[300:])):
                 f.writelines(chunk)
@@ -192,6 +196,41 @@ def test_the_helper_ends_when_its_run_is_killed() -> None:
     while not gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert gone(pid)
+
+
+def not_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the run's own conversion fail: what is written then was written by the helper."""
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("converted in the run's process, not by the helper")
+
+    monkeypatch.setattr(helper_module, "write_dataset", refuse)
+
+
+def test_rows_too_large_for_one_data_file_are_laid_out_by_datasets_in_the_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows of ~100 kB: datasets would split its record batches, so it writes the directory.
+    big = [{"id": i, "text": "x" * 100_000, "__row_key__": f"0::{i}"} for i in range(40)]
+    in_process = publish(tmp_path / "here", "hf", big, ArrowHelper())
+    not_in_this_process(monkeypatch)
+    with ArrowHelper.start("hf") as arrow:
+        by_helper = publish(tmp_path / "helper", "hf", big, arrow)
+    assert published_bytes(by_helper) == published_bytes(in_process)
+
+
+def test_the_helper_loads_pyarrow_without_numpy_and_numpy_stays_importable() -> None:
+    check = (
+        "import sys\n"
+        "from mmirage.core.writer.helper_process import preload\n"
+        "preload(['pyarrow'])\n"
+        "assert 'pyarrow' in sys.modules and 'numpy' not in sys.modules\n"
+        "import numpy\n"
+        "print(numpy.arange(3).sum())\n"
+    )
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "3"
 
 
 def test_jsonl_shards_need_no_helper() -> None:
