@@ -94,15 +94,18 @@ class GrowingPart:
             yield batch
 
     def _lines(self) -> Iterator[bytes]:
+        """The part file's lines as they become durable (one at a time: a helper that falls
+        behind must not hold what it has yet to convert)."""
         read = 0
         with open(self.part, "rb") as f:
             while True:
                 upto, final = self._durable_past(read)
-                chunk = f.read(upto - read)
-                if len(chunk) != upto - read:
-                    raise FormatError(f"{self.part} shrank while it was converted")
-                read = upto
-                yield from chunk.splitlines(keepends=True)
+                while read < upto:
+                    line = f.readline(upto - read)  # never past what is durable
+                    if not line:
+                        raise FormatError(f"{self.part} shrank while it was converted")
+                    read += len(line)
+                    yield line
                 if final:
                     return
 
