@@ -5,7 +5,8 @@ The fast path: `run_shard(config, 0, processors={...})` with an in-process trivi
 (the Processor protocol of mmirage.core.process.base), so that what is measured is the
 pipeline itself (reading, variables, prompt, output_schema, part file, checkpoints, publish),
 not a model. Each (size, output_format) runs in its own process, so each peak is its own; an
-Arrow shard's peak is the run's plus its helper process's (which converts the part file).
+Arrow shard's peak is the run's plus its helper process's (which converts the part file): an
+upper bound, as the two peaks need not coincide.
 """
 
 from __future__ import annotations

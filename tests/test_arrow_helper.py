@@ -122,7 +122,7 @@ def test_a_helper_stopped_mid_conversion_leaves_no_temporary_file(tmp_path: Path
     while not leftovers(tmp_path) and time.monotonic() < deadline:  # it has begun writing
         time.sleep(0.01)
     assert leftovers(tmp_path), "the helper never began writing"
-    arrow.close()  # the run stopped: SIGTERM, the conversion unwinds and removes its sibling
+    arrow.close()  # the run stopped: its input closes, the conversion unwinds and cleans up
     assert leftovers(tmp_path) == []
     assert not (tmp_path / "out").exists()
 
@@ -231,6 +231,31 @@ def test_the_helper_loads_pyarrow_without_numpy_and_numpy_stays_importable() -> 
     run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "3"
+
+
+def test_what_a_killed_publish_left_goes_when_the_shard_opens_again(tmp_path: Path) -> None:
+    out = ShardOutput(str(tmp_path), 0, 1, "hf")
+    (tmp_path / ".shard-0-of-1.tmp.4242").mkdir()  # a helper killed mid-write
+    (tmp_path / ".shard-0-of-1.tmp.4242.arrow").write_bytes(b"half a stream")
+    (tmp_path / ".shard-0-of-1.parquet.tmp.77").write_bytes(b"half a file")
+    (tmp_path / ".shard-0-of-10.tmp.4242").mkdir()  # another shard's: not this one's to remove
+    out.open(FP)
+    out.close()
+    assert leftovers(tmp_path) == [".shard-0-of-10.tmp.4242"]
+
+
+def test_a_helper_that_says_something_else_than_an_answer_leaves_the_publish_to_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("print('hello from a library')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    arrow = ArrowHelper.start("hf")
+    dest = publish(tmp_path / "out", "hf", rows(10), arrow)
+
+    assert [r for batch in iter_rows(dest) for r in batch] == rows(10)
+    assert not arrow.running  # not asked again: its answers cannot be trusted
 
 
 def test_jsonl_shards_need_no_helper() -> None:

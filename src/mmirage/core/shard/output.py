@@ -223,8 +223,14 @@ class ShardOutput:
         return ckpt
 
     def open(self, fp: str, locate: Locate | None = None) -> ShardCheckpoint:
-        """Open the part file for appending at ``resume_point`` and return that checkpoint."""
+        """Open the part file for appending at ``resume_point`` and return that checkpoint.
+        Called under the shard's lock: the temporary siblings of a killed publish (its own or
+        its Arrow helper's, named by their pid) can go."""
         self.part.parent.mkdir(parents=True, exist_ok=True)
+        for fmt in FORMATS:
+            dest = self.path_for(fmt)
+            for stale in dest.parent.glob(f".{dest.name}.tmp.*"):
+                _remove(stale)
         ckpt = self.resume_point(fp, locate)
         mode = "r+b" if self.part.exists() else "w+b"
         self._file = open(self.part, mode)  # noqa: SIM115 - kept open across batches

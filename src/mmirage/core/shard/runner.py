@@ -190,10 +190,11 @@ async def _arun_shard_locked(
         report.published = [str(out.published) for out in outputs]
         return report
 
-    if all(done) and not retrying:  # published, but status.json was lost: record it as is
+    publishing = not (all(done) and not retrying)
+    if not publishing:  # published, but status.json was lost: record it as is
         processors = {}
     # Arrow shards are converted by a helper process, which imports pyarrow meanwhile.
-    with ArrowHelper.start(lp.output_format) as arrow:
+    with ArrowHelper.start(lp.output_format) if publishing else ArrowHelper() as arrow:
         for out in outputs:
             out.arrow = arrow
         async with _processors(config, processors, context) as procs:

@@ -13,8 +13,10 @@ the conversion raised) makes ``write`` convert in this process, which raises wha
 see (a full disk naming its file, a column that cannot be written). The helper has its own
 process group, so a terminal's Ctrl-C reaches the run alone; the run decides. ``close`` (or a
 run that dies) closes the helper's input: it drops what it had begun, removing the temporary
-siblings as an in-process conversion would, and ends; a publish under way when the run stops
-is stopped by SIGTERM, to the same effect.
+siblings as an in-process conversion would, and ends. A publish under way when the run stops
+is stopped by SIGTERM; one past its last rows may still finish (a published shard whose
+checkpoint is not complete is published again by the next run). Temporary siblings left by a
+helper killed outright are removed when the shard next opens (``ShardOutput.open``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class ArrowHelper:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._awaiting = False  # an answer is awaited: close() must stop what it is doing
-        self._sending = threading.Lock()  # checkpoints run in threads
+        self._sending = threading.RLock()  # checkpoints run in threads; close() may cut in
 
     @classmethod
     def start(cls, fmt: Format) -> ArrowHelper:
@@ -57,11 +59,14 @@ class ArrowHelper:
             return helper
         try:
             helper._proc = subprocess.Popen(
-                [sys.executable, "-m", HELPER_MODULE, fmt],
+                # -P: the working directory is not on its path (a user's datasets.py there
+                # is not the run's either).
+                [sys.executable, "-P", "-m", HELPER_MODULE, fmt],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                # Its failures are answered, or end it (the run then converts by itself).
-                stderr=None if logger.isEnabledFor(logging.DEBUG) else subprocess.DEVNULL,
+                # Its failures are answered (logged at DEBUG), or end it (the run then converts
+                # by itself); in its own process group, a write to a terminal could stop it.
+                stderr=subprocess.DEVNULL,
                 process_group=0,  # a terminal's Ctrl-C is the run's to handle, not the helper's
             )
         except OSError as exc:
@@ -75,6 +80,7 @@ class ArrowHelper:
 
     @property
     def pid(self) -> int | None:
+        """The helper's process id (``None``: none was started)."""
         return None if self._proc is None else self._proc.pid
 
     def grow(self, part: Path, dest: Path, fmt: Format, upto: int) -> bool:
@@ -108,20 +114,23 @@ class ArrowHelper:
 
     def _ask(self, part: Path, dest: Path, fmt: Format, upto: int | None) -> bool:
         """Whether the helper wrote it (``False``: it could not, or is gone)."""
-        self._awaiting = True
         if not self.send({"op": "write", **_names(part, dest, fmt), "upto": upto}):
             return False
+        self._awaiting = True
         assert self._proc is not None and self._proc.stdout is not None
         try:
             reply = self._proc.stdout.readline()
-        except OSError:
+        except (OSError, ValueError):
             reply = b""
-        if not reply:  # it died: nothing more to ask it
-            self.close()
-            logger.debug("the Arrow helper ended; converting %s in this process", part)
+        try:
+            answer = orjson.loads(reply)
+        except orjson.JSONDecodeError:
+            answer = None
+        if not isinstance(answer, dict):  # it died, or said something else than an answer
+            self.close()  # stopped (SIGTERM) before the run writes the same dest
+            logger.debug("the Arrow helper gave no answer; converting %s in this process", part)
             return False
         self._awaiting = False
-        answer = orjson.loads(reply)
         if answer.get("ok") is True:
             return True
         logger.debug("the Arrow helper could not write %s (%s)", dest, answer.get("error"))
@@ -131,14 +140,15 @@ class ArrowHelper:
         """End the helper. Its input closes, so it drops the conversions it was told of (the
         run did not publish them) and ends; one whose answer is awaited (the run stopped in
         the middle of a publish) is stopped by SIGTERM."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if self._awaiting:
-            proc.terminate()
-        if proc.stdin is not None:
-            with contextlib.suppress(OSError):  # a dead helper's pipe may fail to flush
-                proc.stdin.close()
+        with self._sending:  # not while a checkpoint's thread writes to it
+            proc, self._proc = self._proc, None
+            if proc is None:
+                return
+            if self._awaiting:
+                proc.terminate()
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):  # a dead helper's pipe may fail to flush
+                    proc.stdin.close()
         try:
             proc.wait(STOP_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -155,4 +165,5 @@ class ArrowHelper:
 
 
 def _names(part: Path, dest: Path, fmt: Format) -> dict[str, str]:
+    """The paths and format every job names."""
     return {"part": os.fspath(part), "dest": os.fspath(dest), "format": fmt}

@@ -61,10 +61,11 @@ class GrowingPart:
 
     def finish(self, upto: int) -> Exception | None:
         """Read to ``upto``, end the conversion; its error, if it failed."""
+        if upto < self._upto:  # what was read is not this file any more: never publish it
+            self.abandon()
+            return FormatError(f"{self.part} shrank while it was converted")
         self.grow(upto, final=True)
         self._thread.join()
-        if self.error is None and self._upto != upto:
-            return FormatError(f"{self.part} shrank while it was converted")
         return self.error
 
     def abandon(self) -> None:
@@ -129,6 +130,9 @@ class Jobs:
 
     def run(self, job: dict[str, Any]) -> dict[str, Any] | None:
         """Do one job; its answer, if it has one."""
+        op = job["op"]
+        if op not in ("grow", "write"):  # a run of another version: ending is all we can do
+            raise ValueError(f"unknown job {op!r}")
         part, dest, fmt = Path(job["part"]), Path(job["dest"]), job["format"]
         upto: int | None = job.get("upto")
         growing = self.growing.get(part)
@@ -136,7 +140,7 @@ class Jobs:
             growing.abandon()  # not the conversion this job asks for
             del self.growing[part]
             growing = None
-        if job["op"] == "grow":
+        if op == "grow":
             if growing is None:
                 growing = self.growing[part] = GrowingPart(part, dest, fmt)
             growing.grow(int(upto or 0))
@@ -176,8 +180,10 @@ def serve(jobs: IO[bytes], answers: IO[bytes]) -> None:
 def preload(modules: list[str]) -> None:
     """Import ``modules`` now, before the first job asks for them, and pyarrow without numpy:
     pyarrow imports it (about 0.15 s of CPU, most of its own import) only to convert to and
-    from numpy arrays, which converting JSON rows never does. numpy stays importable (datasets,
-    for a shard too large for one file, imports it itself); a pyarrow that needs it gets it."""
+    from numpy arrays, which converting JSON rows never does, so the helper's pyarrow has no
+    numpy support. numpy itself stays importable: datasets, which lays out a shard too large
+    for one data file, imports it and works (a test converts such a shard here). A pyarrow
+    that cannot be imported without numpy is imported with it."""
     blocked = "numpy" not in sys.modules
     if blocked:
         sys.modules["numpy"] = None  # type: ignore[assignment]  # None: its import fails
@@ -203,8 +209,12 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _stop)
+    # Answers go out on their own descriptor; what a library prints goes to stderr, never
+    # into the answers.
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
     preload(PRELOADED[sys.argv[1]])
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    serve(sys.stdin.buffer, answers)
     # Every answer is flushed and nothing else is held: skip the interpreter's teardown (tens
     # of milliseconds with pyarrow loaded), which the run would wait for.
     os._exit(0)
