@@ -190,11 +190,11 @@ async def _arun_shard_locked(
         report.published = [str(out.published) for out in outputs]
         return report
 
-    publishing = not (all(done) and not retrying)
-    if not publishing:  # published, but status.json was lost: record it as is
+    record_only = all(done) and not retrying
+    if record_only:  # published, but status.json was lost: record it as is
         processors = {}
     # Arrow shards are converted by a helper process, which imports pyarrow meanwhile.
-    with ArrowHelper.start(lp.output_format) if publishing else ArrowHelper() as arrow:
+    with ArrowHelper() if record_only else ArrowHelper.start(lp.output_format) as arrow:
         for out in outputs:
             out.arrow = arrow
         async with _processors(config, processors, context) as procs:
