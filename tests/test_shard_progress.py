@@ -13,7 +13,7 @@ from mmirage.core.loader import open_datasets, plan_shard
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor
 from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.progress import RowCount, RowProgress
-from mmirage.core.shard.reading import rows_from, source_offsets
+from mmirage.core.shard.reading import groups_from, source_offsets
 from mmirage.core.shard.rows import RowWorker
 
 
@@ -69,7 +69,7 @@ async def test_rows_count_as_they_finish_not_per_group(tmp_path: Path) -> None:
     journal = ResultJournal(tmp_path / "journal.jsonl", "fp")
     journal.open()
     worker = RowWorker(config, shard, source_offsets(sources), {"llm": proc}, journal, proc.count)
-    group = [item for _, item in rows_from(shard, worker_cursor())]
+    ((_, group),) = groups_from(shard, worker_cursor(), 100)
     records = await worker.process(group)
     journal.close()
     # While the first output runs, only the row it failed is finished...

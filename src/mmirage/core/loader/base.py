@@ -21,7 +21,7 @@ class DataError(UserError):
     or (with ``on_bad_row="fail"``) a malformed row. ``str(err)`` is one sentence."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: that doubles the cost of making one, and rows are many
 class Row:
     """One input row. ``row_id`` is its position in the dataset (per split for split datasets):
     the same on every run and for every shard layout."""

@@ -1,17 +1,18 @@
 """The contract between the shard runner and the processors (llm, custom, batch_api).
 
 The runner takes rows a batch at a time (``loading_params.batch_size``); for each output, in
-declared order, it renders one ``OutputRequest`` per row and hands the whole list to the
-output's processor, which answers one ``OutputResult`` per request, in the same order. A
-processor never raises for one row's failure: that row's result carries the error.
+declared order, it renders one ``OutputRequest`` per row and hands them all to the output's
+processor (as one ``RequestBatch``, columns rather than objects), which answers one
+``OutputResult`` per request, in the same order. A processor never raises for one row's
+failure: that row's result carries the error.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, overload
 
 
 @dataclass(slots=True)
@@ -25,6 +26,75 @@ class OutputRequest:
     row: dict[str, Any] = field(default_factory=dict)  # the raw source row
     # The row's position over all datasets and splits, in config order: unique in the pipeline.
     source_index: int = 0
+
+
+class RequestBatch(Sequence[OutputRequest]):
+    """One output's requests for a group of rows, held as columns: rows are many, so the runner
+    makes no object per request. Indexing or iterating gives ``OutputRequest``s, built then;
+    the ``llm`` processor reads the columns themselves."""
+
+    __slots__ = (
+        "image_urls",
+        "output_name",
+        "prompts",
+        "row_keys",
+        "rows",
+        "source_indexes",
+        "variables",
+    )
+
+    def __init__(
+        self,
+        output_name: str,
+        row_keys: list[str],
+        prompts: list[str | None],
+        image_urls: list[list[str]] | None,  # None: no request has an image
+        variables: list[dict[str, Any]],
+        rows: list[dict[str, Any]],
+        source_indexes: list[int],
+    ) -> None:
+        self.output_name, self.row_keys, self.prompts = output_name, row_keys, prompts
+        self.image_urls, self.variables, self.rows = image_urls, variables, rows
+        self.source_indexes = source_indexes
+
+    @classmethod
+    def of(cls, requests: Sequence[OutputRequest]) -> RequestBatch:
+        """``requests`` as columns (a ``RequestBatch`` as it is)."""
+        if isinstance(requests, RequestBatch):
+            return requests
+        return cls(
+            requests[0].output_name if requests else "",
+            [r.row_key for r in requests],
+            [r.prompt for r in requests],
+            [r.image_urls for r in requests],
+            [r.variables for r in requests],
+            [r.row for r in requests],
+            [r.source_index for r in requests],
+        )
+
+    def __len__(self) -> int:
+        return len(self.row_keys)
+
+    @overload
+    def __getitem__(self, index: int) -> OutputRequest: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[OutputRequest]: ...
+    def __getitem__(self, index: int | slice) -> OutputRequest | list[OutputRequest]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        urls = self.image_urls
+        return OutputRequest(
+            self.row_keys[index],
+            self.output_name,
+            self.prompts[index],
+            [] if urls is None else urls[index],
+            self.variables[index],
+            self.rows[index],
+            self.source_indexes[index],
+        )
+
+    def __iter__(self) -> Iterator[OutputRequest]:
+        return map(self.__getitem__, range(len(self.row_keys)))
 
 
 @dataclass(slots=True)

@@ -10,12 +10,13 @@ vLLM server for the shard (see ``server_launcher``), which ``aclose`` stops.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
-from mmirage.core.process.base import OutputRequest, OutputResult, Processor
+from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RequestBatch
 from mmirage.core.process.server_launcher import LaunchedServer, launch_server, pick_engine
 from mmirage.core.process.server_launcher import wants_server as _wants_server
 from mmirage.core.process.shared_stream import SharedStream
@@ -23,7 +24,7 @@ from mmirage.core.process.shared_stream import SharedStream
 if TYPE_CHECKING:  # llm_kit and pydantic are imported when a processor is built, not before
     from pydantic import BaseModel
 
-    from llm_kit import LLM, BatchConfig, BatchItem
+    from llm_kit import LLM, BatchConfig, BatchItem, BatchResult
     from mmirage.config.processors import LLMProcessorConfig
     from mmirage.core.process.base import RunContext
 
@@ -168,18 +169,10 @@ class LLMProcessor(Processor):
         take: Callable[[int, OutputResult], None],
     ) -> None:
         """Each request's result to ``take`` the moment it arrives (the runner journals it)."""
-        items: list[BatchItem] = []
         build = _ItemBuilder(output.name, self._response_model(output))
-        for index, request in enumerate(requests):
-            item_or_error = build(index, request)
-            if isinstance(item_or_error, OutputResult):
-                take(index, item_or_error)
-            else:
-                items.append(item_or_error)
+        items = build.items(RequestBatch.of(requests), take)
         # A rejected API key (401) raises from here: that is not one row's failure.
-        await self._requests.run(
-            items, lambda result: take(result.metadata["index"], _to_output_result(result))
-        )
+        await self._requests.run(items, _results_to(take))
 
     async def finish(self) -> str | None:
         await self._requests.stop()  # every group is done: the pool's workers can go
@@ -211,20 +204,53 @@ class _ItemBuilder:
         self.user_message = Message.user
         self.item_error = ItemConfigError
 
-    def __call__(self, index: int, request: OutputRequest) -> BatchItem | OutputResult:
-        prompt, images = request.prompt or "", request.image_urls
-        if not prompt and not images:
-            return OutputResult(error=f"output '{self.output_name}': the rendered prompt is empty")
-        try:
-            message = self.user_message(prompt, image_urls=images)
-            item = self.item_type(
-                f"{request.row_key}:{self.output_name}", [message], self.response_model
+    def items(
+        self, requests: RequestBatch, take: Callable[[int, OutputResult], None]
+    ) -> list[BatchItem]:
+        """An item per request that can be sent; the others' errors go to ``take``. (One
+        loop over the columns: rows are many.)"""
+        item_type, user, model, name = (
+            self.item_type,
+            self.user_message,
+            self.response_model,
+            self.output_name,
+        )
+        empty = f"output '{name}': the rendered prompt is empty"
+        all_urls = requests.image_urls or itertools.repeat(None)  # no image: None for each
+        items: list[BatchItem] = []
+        for index, (key, prompt, urls) in enumerate(
+            zip(requests.row_keys, requests.prompts, all_urls, strict=False)
+        ):
+            if not prompt and not urls:
+                take(index, OutputResult(error=empty))
+                continue
+            try:
+                item = item_type(f"{key}:{name}", [user(prompt or "", image_urls=urls)], model)
+            except self.item_error as exc:
+                take(index, OutputResult(error=str(exc)))
+                continue
+            # The index maps results back even if two requests share a row key.
+            item.metadata["index"] = index
+            items.append(item)
+        return items
+
+
+def _results_to(take: Callable[[int, OutputResult], None]) -> Callable[[BatchResult], None]:
+    """llm_kit's results as ``take(index, OutputResult)``: a plain answer in one call (the
+    common case, by millions), any other through ``_to_output_result``."""
+
+    def on_result(result: BatchResult) -> None:
+        response, usage = result.response, result.usage
+        if result.ok and type(response) is str and usage is not None:
+            # Plain outputs are stripped, as the reference pipeline's outputs are.
+            answer = OutputResult(
+                response.strip(), None, False, False, usage.input_tokens, usage.output_tokens
             )
-        except self.item_error as exc:
-            return OutputResult(error=str(exc))
-        # The index maps results back even if two requests share a row key.
-        item.metadata["index"] = index
-        return item
+            take(result.metadata["index"], answer)
+        else:
+            take(result.metadata["index"], _to_output_result(result))
+
+    return on_result
 
 
 def _to_output_result(result: Any) -> OutputResult:

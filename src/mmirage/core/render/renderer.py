@@ -20,7 +20,7 @@ Rules (see reference §3.7 and §7.6):
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -147,13 +147,35 @@ class OutputRenderer:
         self, variables: Mapping[str, Any], row: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
         """The output row: schema keys over the source columns (unless ``remove_columns``)."""
-        out: dict[str, Any] = {} if self.remove_columns or row is None else dict(row)
-        for key, name, node in self._plan:
-            if name is not None and name in variables:
-                out[key] = variables[name]
-            else:
-                out[key] = _render(node, variables, f"output_schema.{key}")
+        (out,), errors = self.render_each((variables,), ({} if row is None else row,))
+        if errors:
+            raise errors[0]
+        assert out is not None
         return out
+
+    def render_each(
+        self, variables: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[dict[str, Any] | None], dict[int, RowError]]:
+        """``render`` for many rows in one call (rows are many: one call per group, not per
+        row). A row that cannot render is ``None`` in the list, its error under its index in
+        the dict."""
+        plan, keep_row = self._plan, not self.remove_columns
+        out: list[dict[str, Any] | None] = []
+        errors: dict[int, RowError] = {}
+        for index, (values, row) in enumerate(zip(variables, rows, strict=True)):
+            rendered: dict[str, Any] = dict(row) if keep_row else {}
+            try:
+                for key, name, node in plan:
+                    if name is not None and name in values:
+                        rendered[key] = values[name]
+                    else:
+                        rendered[key] = _render(node, values, f"output_schema.{key}")
+            except RowError as exc:
+                errors[index] = exc
+                out.append(None)
+            else:
+                out.append(rendered)
+        return out, errors
 
     def render_partial(
         self,

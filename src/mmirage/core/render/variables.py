@@ -7,6 +7,7 @@ field or image does not cost the shard's other rows.
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -122,6 +123,13 @@ class VariableExtractor:
             i.name for i in self.inputs if getattr(i, "optional", False)
         }
         self._compiled = [(i, compile_key(i.key)) for i in self.inputs]
+        # Every input a top-level column and none an image (the common case): (name, key)
+        # pairs, read a column at a time.
+        plain = all(
+            isinstance(c, _FieldPath) and len(c.parts) == 1 and i.type != "image"
+            for i, c in self._compiled
+        )
+        self._columns = tuple((i.name, i.key) for i in self.inputs) if plain else None
 
     @classmethod
     def for_params(cls, params: ProcessingParams, image_base_path: str | None) -> VariableExtractor:
@@ -149,6 +157,60 @@ class VariableExtractor:
                 value = self._images(value, spec.name)
             variables[spec.name] = value
         return variables
+
+    def extract_each(
+        self, rows: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[dict[str, Any] | None], dict[int, RowError]]:
+        """``extract`` for many rows in one call (rows are many: one call per group, not per
+        row). A row that cannot yield its variables is ``None`` in the list, its error under
+        its index in the dict."""
+        out: list[dict[str, Any] | None] = []
+        errors: dict[int, RowError] = {}
+        if self._columns is not None:
+            try:
+                # ``dict.get`` over the rows in C: no Python step per row (a row that is not
+                # a plain dict raises TypeError, and goes row by row below).
+                get: Any = dict.get  # typed loosely: rows are Mappings, and a dict is asked for
+                columns = [list(map(get, rows, itertools.repeat(k))) for _, k in self._columns]
+            except TypeError:
+                pass
+            else:
+                names = [name for name, _ in self._columns]
+                if len(names) == 1:
+                    name = names[0]
+                    out = [{name: value} for value in columns[0]]
+                elif names:
+                    each = zip(*columns, strict=True)
+                    out = [dict(zip(names, values, strict=True)) for values in each]
+                else:
+                    out = [{} for _ in rows]
+                for name, column in zip(names, columns, strict=True):
+                    if name not in self._optional and None in column:
+                        self._missing(rows, out, errors, column)
+                return out, errors
+        for index, row in enumerate(rows):
+            try:
+                out.append(self.extract(row))
+            except RowError as exc:
+                out.append(None)
+                errors[index] = exc
+        return out, errors
+
+    def _missing(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        out: list[dict[str, Any] | None],
+        errors: dict[int, RowError],
+        column: list[Any],
+    ) -> None:
+        """The rows lacking a required value of ``column``: ``None`` in ``out``, and why."""
+        for index, value in enumerate(column):
+            if value is None and index not in errors:
+                try:
+                    self.extract(rows[index])  # raises: its sentence names the input
+                except RowError as exc:
+                    errors[index] = exc
+                    out[index] = None
 
     def _images(self, value: Any, name: str) -> str | list[str]:
         # A list of images stays a list (one row, several images); a bytes/HF cell is one image.

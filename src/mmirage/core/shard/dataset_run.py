@@ -18,7 +18,7 @@ from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.landing import Landing
 from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.progress import RowProgress
-from mmirage.core.shard.reading import Item, rows_from
+from mmirage.core.shard.reading import Item, groups_from
 from mmirage.core.shard.recovery import locator
 from mmirage.core.shard.report import ShardReport
 from mmirage.core.shard.rows import RowWorker
@@ -80,9 +80,7 @@ async def run_dataset(
     # Two groups in flight: the next one is read and rendered while the current one's requests
     # are out, so request slots never idle during the CPU work between groups. (Concurrency
     # stays bounded: the processors share their connection pools.) Groups land in order.
-    in_flight: collections.deque[tuple[list[tuple[int, Item]], asyncio.Task[Any]]] = (
-        collections.deque()
-    )
+    in_flight: collections.deque[tuple[int, list[Item], asyncio.Task[Any]]] = collections.deque()
 
     # A group's records are appended and checkpointed by a task of their own, one group after
     # the other: the next group starts as soon as its predecessor's results are in, not after
@@ -91,32 +89,24 @@ async def run_dataset(
 
     lands = Landing(out, ckpt, journal, status, report)
 
-    def start(group: list[tuple[int, Item]]) -> None:
-        in_flight.append((group, asyncio.create_task(worker.process([i for _, i in group]))))
-
     async def land_oldest() -> None:
         nonlocal landing
-        group, task = in_flight.popleft()
+        range_index, items, task = in_flight.popleft()
         records = await task
         if landing is not None:
             await landing  # groups land in order
-        landing = asyncio.create_task(lands.land(group, records))
+        landing = asyncio.create_task(lands.land(range_index, items, records))
 
-    group: list[tuple[int, Item]] = []
+    groups = groups_from(shard, ckpt, rows_per_group, config.loading_params.on_bad_row)
     # One quiet collector for the whole dataset, not one per group (llm_kit's sinks each take
     # it): between two groups it would otherwise unfreeze, and sweep every row's objects.
     with quiet_gc():
         try:
             bar.start()
-            for entry in rows_from(shard, ckpt, config.loading_params.on_bad_row):
-                group.append(entry)
-                if len(group) >= rows_per_group:
-                    start(group)
-                    group = []
-                    if len(in_flight) >= 2:
-                        await land_oldest()
-            if group:
-                start(group)
+            for range_index, items in groups:
+                in_flight.append((range_index, items, asyncio.create_task(worker.process(items))))
+                if len(in_flight) >= 2:
+                    await land_oldest()
             while in_flight:
                 await land_oldest()
             if landing is not None:
@@ -128,7 +118,7 @@ async def run_dataset(
             lands.publish()
         finally:
             bar.close()
-            for _, task in in_flight:
+            for _, _, task in in_flight:
                 task.cancel()
             if landing is not None:
                 # A group being checkpointed is let finish before the files close (its rows are

@@ -26,7 +26,6 @@ from mmirage.core.shard.disk import write_error, writing
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
 JOURNAL_DIR = "loading_params.datasets[].output_dir"  # the journal sits in its .parts
 _COMPACT_AT = 4096  # lines; rewrite when the file holds this many more than the live entries
-_SEP = "\x00"  # between a row key and an output name in one entry's key (neither holds it)
 
 
 class ResultJournal:
@@ -38,10 +37,9 @@ class ResultJournal:
         self.path = path
         self.fingerprint = fingerprint
         self._header = orjson.dumps({"fp": fingerprint}, option=orjson.OPT_APPEND_NEWLINE)
-        # "<row key>\0<output>" -> (row key, output, value, tokens in, out): the entries not
+        # output -> row key -> (row key, output, value, tokens in, out): the entries not
         # checkpointed yet, what a compaction rewrites.
-        self._live: dict[str, tuple[Any, ...]] = {}
-        self._outputs: set[str] = set()  # output names journaled (settle drops each)
+        self._live: dict[str, dict[str, tuple[Any, ...]]] = {}
         self._lines = 0
         self._fd: int | None = None
         self._unwritten = bytearray()  # lines of this turn of the event loop
@@ -68,16 +66,14 @@ class ResultJournal:
                     ours = entry.get("fp") == self.fingerprint
                 elif ours and isinstance(entry, list) and len(entry) == 5:
                     self._keep(tuple(entry))
-        self.replays = bool(self._live)
+        self.replays = any(self._live.values())
         self._rewrite()
 
     def _keep(self, entry: tuple[Any, ...]) -> None:
-        key, output = entry[0], entry[1]
-        self._outputs.add(output)
-        self._live[f"{key}{_SEP}{output}"] = entry
+        self._live.setdefault(entry[1], {})[entry[0]] = entry
 
     def get(self, key: str, output: str) -> OutputResult | None:
-        entry = self._live.get(f"{key}{_SEP}{output}")
+        entry = self._live.get(output, {}).get(key)
         if entry is None:
             return None
         _, _, value, input_tokens, output_tokens = entry
@@ -103,8 +99,10 @@ class ResultJournal:
         # its making.
         unwritten += orjson.dumps(entry, default=str, option=_OPTS)
         self._lines += 1
-        self._live[f"{key}{_SEP}{output}"] = entry
-        self._outputs.add(output)
+        live = self._live.get(output)
+        if live is None:
+            live = self._live[output] = {}
+        live[key] = entry
         if first:
             try:
                 asyncio.get_running_loop().call_soon(self._flush_at_end_of_turn)
@@ -137,11 +135,13 @@ class ResultJournal:
     def settle(self, keys: list[str]) -> None:
         """These rows are checkpointed: their entries are no longer needed."""
         self.flush()
-        live = self._live
-        for output in self._outputs:
+        live = 0
+        for entries in self._live.values():
+            pop = entries.pop
             for key in keys:
-                live.pop(f"{key}{_SEP}{output}", None)
-        if self._lines > _COMPACT_AT + 2 * len(live):
+                pop(key, None)
+            live += len(entries)
+        if self._lines > _COMPACT_AT + 2 * live:
             self._rewrite()
 
     def close(self, *, remove: bool = False) -> None:
@@ -158,10 +158,11 @@ class ResultJournal:
             os.close(self._fd)
         tmp = self.path.with_name(self.path.name + ".tmp")
         lines = bytearray(self._header)
-        for entry in self._live.values():
-            lines += orjson.dumps(entry, default=str, option=_OPTS)
+        for entries in self._live.values():
+            for entry in entries.values():
+                lines += orjson.dumps(entry, default=str, option=_OPTS)
         with writing(tmp, JOURNAL_DIR):
             tmp.write_bytes(lines)
         os.replace(tmp, self.path)
-        self._lines = len(self._live)
+        self._lines = sum(len(entries) for entries in self._live.values())
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

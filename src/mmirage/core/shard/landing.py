@@ -45,8 +45,11 @@ class Landing:
         self._unsettled: list[str] = []  # rows appended since the last checkpoint
         self._last = -CHECKPOINT_SECONDS  # the first group is checkpointed at once: progress shows
 
-    async def land(self, group: list[tuple[int, Item]], records: list[dict[str, Any]]) -> None:
-        """Append a group's records (groups come in order); checkpoint if it is time."""
+    async def land(
+        self, range_index: int, items: list[Item], records: list[dict[str, Any]]
+    ) -> None:
+        """Append a group's records (groups come in order; ``range_index``: where its last
+        row is); checkpoint if it is time."""
         ckpt, report = self.ckpt, self.report
         self.out.append(records)
         tally_rows(ckpt, records)
@@ -55,8 +58,7 @@ class Landing:
         if failed and report.first_row_error is None:
             where, why = next(iter(failed[0][ERRORS].items()))
             report.first_row_error = f"row {failed[0][ROW_KEY]} ({where}): {why}"
-        ckpt.range_index, last = group[-1][0], group[-1][1]
-        ckpt.next_row_id = last.row_id + 1
+        ckpt.range_index, ckpt.next_row_id = range_index, items[-1].row_id + 1
         # A failed row's answer is not journaled (a resumed run tries it again), and a
         # refusal is paid for: a group with one is checkpointed at once, as it lands.
         if failed or time.monotonic() - self._last >= CHECKPOINT_SECONDS:

@@ -4,6 +4,7 @@ pipeline's global row order."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -20,28 +21,40 @@ class Cursor(Protocol):
     next_row_id: int | None
 
 
-def rows_from(
-    shard: DatasetShard, cursor: Cursor, on_bad_row: OnBadRow = "skip"
-) -> Iterator[tuple[int, Item]]:
-    """The shard's rows from the checkpoint's cursor on, unreadable rows in their place
-    (``on_bad_row="fail"``: the loader raises ``DataError`` at the first one instead)."""
-    bad: list[BadRow] = []
-    for index, r in enumerate(shard.ranges):
-        if index < cursor.range_index:
-            continue
-        start = r.start
-        if index == cursor.range_index and cursor.next_row_id is not None:
-            start = cursor.next_row_id
+def groups_from(
+    shard: DatasetShard, cursor: Cursor, size: int, on_bad_row: OnBadRow = "skip"
+) -> Iterator[tuple[int, list[Item]]]:
+    """The shard's rows from the checkpoint's cursor on, ``size`` at a time (a group may span
+    ranges), unreadable rows in their place (``on_bad_row="fail"``: the loader raises
+    ``DataError`` at the first one instead); each group with the index of the range its last
+    row is in. Rows are taken from the reader a group at a time: no Python step per row."""
+    group: list[Item] = []
+    first, next_row_id = cursor.range_index, cursor.next_row_id  # before any group lands
+    index = first
+    for index in range(first, len(shard.ranges)):
+        r = shard.ranges[index]
+        start = r.start if index != first or next_row_id is None else next_row_id
+        bad: list[BadRow] = []
         rows = shard.source.iter_rows(
             start, r.stop, split=r.split, on_bad_row=on_bad_row, bad_rows=bad.append
         )
-        for row in rows:
-            if bad:  # reported before the row that follows them
-                yield from ((index, b) for b in bad)
+        while True:
+            taken: list[Item] = list(itertools.islice(rows, size - len(group)))
+            if bad:  # each before the row that follows it (a range's row ids only grow)
+                taken = sorted([*taken, *bad], key=_row_id)
                 bad.clear()
-            yield index, row
-        yield from ((index, b) for b in bad)
-        bad.clear()
+            group += taken
+            if len(group) >= size:
+                yield index, group
+                group = []
+            elif not taken:
+                break  # this range is read
+    if group:
+        yield index, group
+
+
+def _row_id(item: Item) -> int:
+    return item.row_id
 
 
 def source_offsets(sources: list[DatasetSource]) -> dict[tuple[int, str | None], int]:

@@ -3,15 +3,19 @@
 ``RowWorker.process`` takes a group of rows (unreadable ones in their place) and returns one
 record per row, in order, as the part file holds them (see ``runner`` for the columns). Results
 an interrupted run already paid for come from the journal instead of a new request.
+
+A group is held as columns (``_Group``), its requests too (``RequestBatch``): what a run costs
+beyond llm_kit's own work is mostly Python calls made per row, so the common case (a row
+that succeeds) makes as few of them as it can.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mmirage.core.loader import BadRow, DatasetShard
-from mmirage.core.process.base import OutputRequest, OutputResult, Processor
+from mmirage.core.loader import BadRow, DatasetShard, Row
+from mmirage.core.process.base import OutputResult, Processor, RequestBatch
 from mmirage.core.render.prompts import prompt_renderer
 from mmirage.core.render.renderer import OutputRenderer, is_placeholder
 from mmirage.core.render.variables import RowError, VariableExtractor, image_urls
@@ -32,36 +36,53 @@ def processor_key(processor: ProcessorConfig) -> str:
     return processor.name or processor.type
 
 
-class _RowWork:
-    """One row on its way through the outputs (a plain class: rows are many)."""
+class _Group:
+    """The readable rows of one group as columns: position ``p`` is one row in every list."""
 
     __slots__ = (
         "errors",
         "index",
         "input_tokens",
-        "key",
+        "keys",
         "output_tokens",
         "paid",
         "retryable",
-        "row",
-        "source_index",
+        "rows",
+        "sources",
         "variables",
     )
 
     def __init__(
         self,
-        index: int,
-        key: str,
-        source_index: int,
-        row: dict[str, Any],
-        variables: dict[str, Any],
+        index: Sequence[int],
+        rows: list[Row],
+        variables: list[dict[str, Any]],
+        dataset: int,
+        split_starts: Mapping[str | None, int],
     ) -> None:
-        self.index, self.key, self.source_index = index, key, source_index
-        self.row, self.variables = row, variables
-        self.errors: dict[str, str] = {}
-        self.input_tokens = self.output_tokens = 0
-        self.retryable: set[str] = set()  # outputs whose error a retry may fix
-        self.paid: dict[str, tuple[int, int]] = {}  # succeeded output: tokens
+        self.index = index  # where the row's record goes among the group's records
+        self.keys = [f"{dataset}:{row.split or ''}:{row.row_id}" for row in rows]
+        self.sources = [split_starts[row.split] + row.row_id for row in rows]  # source_index
+        self.rows = [row.data for row in rows]
+        self.variables = variables
+        self.input_tokens = [0] * len(rows)
+        self.output_tokens = [0] * len(rows)
+        # Only for the rows concerned: most rows have no error.
+        self.errors: dict[int, dict[str, str]] = {}
+        self.retryable: dict[int, set[str]] = {}  # outputs whose error a retry may fix
+        self.paid: dict[int, dict[str, tuple[int, int]]] = {}  # succeeded outputs: tokens
+
+    def tokens(self, p: int) -> tuple[int, int]:
+        return self.input_tokens[p], self.output_tokens[p]
+
+    def going(self) -> Sequence[int]:
+        """The rows that get the next output: not those whose earlier output failed without
+        a fallback (a later output would mostly depend on the failed one)."""
+        every = range(len(self.keys))
+        if not self.errors:
+            return every
+        errors, variables = self.errors, self.variables
+        return [p for p in every if all(e in variables[p] for e in errors.get(p, ()))]
 
 
 class RowWorker:
@@ -97,7 +118,8 @@ class RowWorker:
             for o in pp.outputs
             if (prompt := getattr(o, "prompt", None)) is not None
         }
-        self._split_starts: dict[str | None, int] = {}  # split -> its first source_index
+        # split -> its first source_index
+        self._split_starts = {s: at for (d, s), at in offsets.items() if d == self.dataset_index}
         # The schema's batch_api variables: only their placeholders call for __vars__.
         batch = {o.name for o in pp.outputs if o.type == "batch_api"}
         self.batch_outputs = [n for n in self.renderer.variables if n in batch]
@@ -107,113 +129,179 @@ class RowWorker:
 
     async def process(self, items: list[Item]) -> list[dict[str, Any]]:
         records: list[dict[str, Any] | None] = [None] * len(items)
-        live: list[_RowWork] = []
-        extract, starts, dataset = self.extractor.extract, self._split_starts, self.dataset_index
-        for index, item in enumerate(items):
-            if isinstance(item, BadRow):
-                error = f"line {item.line} of {item.file} is not a valid row: {item.error}"
-                records[index] = self._failed(self.key_of(item), {}, {"__row__": error}, 0, 0)
+        rows = [item for item in items if isinstance(item, Row)]
+        readable: Sequence[int] = range(len(items))
+        if len(rows) < len(items):
+            readable = [at for at, item in enumerate(items) if isinstance(item, Row)]
+            for at, item in enumerate(items):
+                if isinstance(item, BadRow):
+                    why = f"line {item.line} of {item.file} is not a valid row: {item.error}"
+                    records[at] = self._failed(self.key_of(item), {}, {"__row__": why})
+                    self.count.finish(failed=True)
+        values, broken = self.extractor.extract_each([row.data for row in rows])
+        if broken:
+            for at, exc in broken.items():
+                row = rows[at]
+                error = {"__row__": str(exc)}
+                records[readable[at]] = self._failed(self.key_of(row), row.data, error)
                 self.count.finish(failed=True)
-                continue
-            try:
-                variables = extract(item.data)
-            except RowError as exc:
-                records[index] = self._failed(self.key_of(item), item.data, {"__row__": str(exc)})
-                self.count.finish(failed=True)
-                continue
-            split, row_id = item.split, item.row_id
-            start = starts.get(split)
-            if start is None:
-                start = starts[split] = self.offsets[(dataset, split)]
-            key = f"{dataset}:{split or ''}:{row_id}"
-            live.append(_RowWork(index, key, start + row_id, item.data, variables))
+            readable = [r for at, r in enumerate(readable) if at not in broken]
+            rows = [row for at, row in enumerate(rows) if at not in broken]
+        extracted = [v for v in values if v is not None]
+        g = _Group(readable, rows, extracted, self.dataset_index, self._split_starts)
         for output in self.config.processing_params.outputs:
-            await self._output(output, live)
-        for w in live:
-            records[w.index] = self._record(w)
+            await self._output(output, g)
+        self._records(g, records)
         return [r for r in records if r is not None]
 
-    def _record(self, w: _RowWork) -> dict[str, Any]:
-        """The row as published: rendered in full when every output has a value (a fallback
-        counts), else with ``None`` only where the schema reads an output it lacks."""
-        # A row without errors has every output's value.
-        missing = [n for n in self.output_names if n not in w.variables] if w.errors else None
-        if not missing:
-            try:
-                rendered = self.renderer.render(w.variables, w.row)
-            except RowError as exc:
-                self.count.failed += not w.errors  # counted as a good row when it finished
-                w.errors["__schema__"] = str(exc)
-                return self._failed(w.key, w.row, w.errors, w.input_tokens, w.output_tokens)
-            return self._with_meta(rendered, w)
-        rendered, schema_error = self.renderer.render_partial(w.variables, w.row, missing)
-        if schema_error is not None:
-            w.errors.setdefault("__schema__", schema_error)
-        return self._with_meta(rendered, w)
-
-    async def _output(self, output: OutputVar, work: list[_RowWork]) -> None:
-        """Compute one output for the rows still going (a row whose earlier output failed
-        without a fallback gets no later output: it would mostly depend on the failed one)."""
+    async def _output(self, output: OutputVar, g: _Group) -> None:
+        """Compute one output for the rows still going."""
         name = output.name
-        if any(w.errors for w in work):
-            work = [w for w in work if all(e in w.variables for e in w.errors)]
+        going = g.going()
+        if self.journal.replays:
+            going = self._replayed(g, going, name)
         render = self.prompts.get(name)  # custom outputs have no prompt
-        images = self.image_names if render is not None else None
-        lookup = self.journal.get if self.journal.replays else None
-        requests: list[OutputRequest] = []
-        sent: list[_RowWork] = []
-        for w in work:
-            if lookup is not None:
-                journaled = lookup(w.key, name)
-                if journaled is not None:  # paid for by an interrupted run
-                    self._take(w, name, journaled)
-                    continue
-            variables = w.variables
-            try:
-                prompt = None if render is None else render(variables)
-            except RowError as exc:
-                w.errors[name] = str(exc)
-                self.count.finish(failed=True)  # no later output runs for this row
-                continue
-            urls = image_urls(variables, images) if images else []
-            requests.append(
-                OutputRequest(w.key, name, prompt, urls, variables, w.row, w.source_index)
-            )
-            sent.append(w)
-        if not requests:
+        prompts, going = self._prompts(g, going, name, render)
+        if not going:
             return
+        if len(going) == len(g.keys):  # every row: the group's own columns
+            keys, values, rows, sources = g.keys, g.variables, g.rows, g.sources
+        else:
+            keys = [g.keys[p] for p in going]
+            values = [g.variables[p] for p in going]
+            rows = [g.rows[p] for p in going]
+            sources = [g.sources[p] for p in going]
+        images = self.image_names if render is not None else None
+        urls = [image_urls(v, images) for v in values] if images else None
+        requests = RequestBatch(name, keys, prompts, urls, values, rows, sources)
         proc = self.procs[processor_key(self.config.processor_for(output))]
         journal = self.journal if proc.journal_results else None
+        await proc.deliver(output, requests, self._taker(g, going, name, journal))
+        self.journal.flush()
+
+    def _replayed(self, g: _Group, going: Sequence[int], name: str) -> list[int]:
+        """``going`` less the rows whose ``name`` an interrupted run paid for (taken here)."""
+        lookup, keys, still = self.journal.get, g.keys, []
+        for p in going:
+            journaled = lookup(keys[p], name)
+            if journaled is None:
+                still.append(p)
+            else:
+                self._take(g, p, name, journaled)
+        return still
+
+    def _prompts(
+        self,
+        g: _Group,
+        going: Sequence[int],
+        name: str,
+        render: Callable[[Mapping[str, Any]], str] | None,
+    ) -> tuple[list[str | None], Sequence[int]]:
+        """The prompts of the rows ``going`` and the rows they are for: a row whose prompt
+        cannot render fails here, and gets no later output."""
+        if render is None:
+            return [None] * len(going), going
+        variables = g.variables
+        try:
+            return [render(variables[p]) for p in going], going
+        except RowError:
+            pass  # some row's prompt cannot render: row by row, to fail only those
+        prompts: list[str | None] = []
+        kept: list[int] = []
+        for p in going:
+            try:
+                prompts.append(render(variables[p]))
+            except RowError as exc:
+                g.errors.setdefault(p, {})[name] = str(exc)
+                self.count.finish(failed=True)
+            else:
+                kept.append(p)
+        return prompts, kept
+
+    def _taker(
+        self, g: _Group, going: Sequence[int], name: str, journal: ResultJournal | None
+    ) -> Callable[[int, OutputResult], None]:
+        """``take(index, result)`` for the processor: the result of request ``index``
+        journaled the moment it arrives (a failed write ends the call: it sends no more),
+        then kept for its row."""
+        add = journal.add if journal is not None else None
+        keys, variables, errors = g.keys, g.variables, g.errors
+        input_tokens, output_tokens, count = g.input_tokens, g.output_tokens, self.count
+        last = name == self.output_names[-1]
+        inline = not self.track_paid  # else every success notes what it cost: ``_take``
         take_result = self._take
 
         def take(index: int, result: OutputResult) -> None:
-            # Journaled the moment it arrives; a failed write ends the call (sends no more).
-            w = sent[index]
-            if journal is not None:
-                journal.add(w.key, name, result)
-            take_result(w, name, result)
+            p = going[index]
+            if add is not None:
+                add(keys[p], name, result)
+            if result.error is None and inline:  # ``_take``'s common case, without its call
+                variables[p][name] = result.value
+                input_tokens[p] += result.input_tokens
+                output_tokens[p] += result.output_tokens
+                if last:
+                    count.done += 1
+                    count.failed += p in errors
+            else:
+                take_result(g, p, name, result)
 
-        await proc.deliver(output, requests, take)
-        self.journal.flush()
+        return take
 
-    def _take(self, w: _RowWork, name: str, result: OutputResult) -> None:
-        w.input_tokens += result.input_tokens
-        w.output_tokens += result.output_tokens
+    def _take(self, g: _Group, p: int, name: str, result: OutputResult) -> None:
+        g.input_tokens[p] += result.input_tokens
+        g.output_tokens[p] += result.output_tokens
         error = result.error
         if error is None:
-            w.variables[name] = result.value
+            g.variables[p][name] = result.value
             if self.track_paid:
-                w.paid[name] = (result.input_tokens, result.output_tokens)
+                g.paid.setdefault(p, {})[name] = (result.input_tokens, result.output_tokens)
             if name == self.output_names[-1]:
-                self.count.finish(failed=bool(w.errors))
+                self.count.finish(failed=p in g.errors)
             return
         if not result.fallback or name == self.output_names[-1]:
             self.count.finish(failed=True)  # without a fallback no later output runs for it
-        w.errors[name] = error
+        g.errors.setdefault(p, {})[name] = error
         if result.retryable:
-            w.retryable.add(name)
+            g.retryable.setdefault(p, set()).add(name)
         if result.fallback:
-            w.variables[name] = result.value
+            g.variables[p][name] = result.value
+
+    def _records(self, g: _Group, records: list[dict[str, Any] | None]) -> None:
+        """Each row as published, in its place in ``records``: rendered in full when every
+        output has a value (a fallback counts), else with ``None`` only where the schema
+        reads an output it lacks."""
+        names, errors = self.output_names, g.errors
+        # A row without errors has every output's value.
+        partial = {p: m for p in errors if (m := [n for n in names if n not in g.variables[p]])}
+        whole: Sequence[int] = range(len(g.keys))
+        values, rows = g.variables, g.rows
+        if partial:
+            whole = [p for p in whole if p not in partial]
+            values, rows = [values[p] for p in whole], [rows[p] for p in whole]
+        rendered, broken = self.renderer.render_each(values, rows)
+        keys, index, input_tokens, output_tokens = g.keys, g.index, g.input_tokens, g.output_tokens
+        extras = bool(self.batch_outputs)
+        for at, (p, record) in enumerate(zip(whole, rendered, strict=True)):
+            if record is None:
+                self.count.failed += p not in errors  # counted as a good row when it finished
+                row_errors = errors.setdefault(p, {})
+                row_errors["__schema__"] = str(broken[at])
+                records[index[p]] = self._failed(keys[p], g.rows[p], row_errors, *g.tokens(p))
+                continue
+            record[ROW_KEY] = keys[p]
+            record[ERRORS] = errors.get(p)
+            record[USAGE] = {"input_tokens": input_tokens[p], "output_tokens": output_tokens[p]}
+            if extras or p in errors:
+                self._extras(record, g, p)
+            records[index[p]] = record
+        for p, missing in partial.items():
+            record, schema_error = self.renderer.render_partial(g.variables[p], g.rows[p], missing)
+            if schema_error is not None:
+                errors[p].setdefault("__schema__", schema_error)
+            record[ROW_KEY] = keys[p]
+            record[ERRORS] = errors[p]
+            record[USAGE] = {"input_tokens": input_tokens[p], "output_tokens": output_tokens[p]}
+            records[index[p]] = self._extras(record, g, p)
 
     def _failed(
         self,
@@ -228,15 +316,13 @@ class RowWorker:
         usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
         return {**base, ROW_KEY: key, ERRORS: errors, USAGE: usage}
 
-    def _with_meta(self, rendered: dict[str, Any], w: _RowWork) -> dict[str, Any]:
-        """``rendered`` with the row's key, errors and usage, and what merge or retry need."""
-        variables = w.variables
-        rendered[ROW_KEY] = w.key
-        rendered[ERRORS] = w.errors or None
-        rendered[USAGE] = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens}
+    def _extras(self, record: dict[str, Any], g: _Group, p: int) -> dict[str, Any]:
+        """``record`` with what merge or retry need: the variables a pending batch placeholder
+        renders from, a retryable failure's marker."""
+        variables, errors = g.variables[p], g.errors.get(p)
         batch = self.batch_outputs
         if batch and any(is_placeholder(variables.get(n)) for n in batch):
-            rendered[VARS] = {n: variables[n] for n in self.renderer.variables if n in variables}
-        if w.errors and w.retryable.issuperset(w.errors):
-            rendered[RETRY] = retry_marker(variables, w.paid, w.input_tokens, w.output_tokens)
-        return rendered
+            record[VARS] = {n: variables[n] for n in self.renderer.variables if n in variables}
+        if errors and g.retryable.get(p, set()).issuperset(errors):
+            record[RETRY] = retry_marker(variables, g.paid.get(p, {}), *g.tokens(p))
+        return record

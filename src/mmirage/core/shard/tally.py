@@ -8,6 +8,8 @@ from typing import Any
 
 from mmirage.rundir import ERRORS, RETRY, USAGE
 
+_NO_USAGE: Mapping[str, Any] = {}
+
 
 def tally(into: Any, row: Mapping[str, Any]) -> None:
     """Add ``row`` to ``into``'s ``rows_done``, ``rows_failed``, ``rows_retryable`` (failed
@@ -16,17 +18,13 @@ def tally(into: Any, row: Mapping[str, Any]) -> None:
 
 
 def tally_rows(into: Any, rows: Iterable[Mapping[str, Any]]) -> None:
-    """``tally`` for each of ``rows`` (the counters summed first, then added once)."""
-    done = failed = retryable = input_tokens = output_tokens = 0
-    for row in rows:
-        done += 1
-        failed += bool(row.get(ERRORS))
-        retryable += row.get(RETRY) is not None
-        usage = row.get(USAGE) or {}
-        input_tokens += int(usage.get("input_tokens") or 0)
-        output_tokens += int(usage.get("output_tokens") or 0)
-    into.rows_done += done
-    into.rows_failed += failed
-    into.rows_retryable += retryable
-    into.input_tokens += input_tokens
-    into.output_tokens += output_tokens
+    """``tally`` for each of ``rows`` (the counters summed first, then added once; each a
+    comprehension: rows are many)."""
+    rows = rows if isinstance(rows, list) else list(rows)
+    usages = [row.get(USAGE) or _NO_USAGE for row in rows]
+    into.rows_done += len(rows)
+    into.rows_failed += len([row for row in rows if row.get(ERRORS)])
+    into.rows_retryable += len([row for row in rows if row.get(RETRY) is not None])
+    # Summed as read (a shard read back may hold them as floats), made ints once.
+    into.input_tokens += int(sum([usage.get("input_tokens") or 0 for usage in usages]))
+    into.output_tokens += int(sum([usage.get("output_tokens") or 0 for usage in usages]))
