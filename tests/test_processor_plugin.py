@@ -133,3 +133,63 @@ def test_a_plugin_that_fails_to_import_is_named(tmp_path: Path) -> None:
     assert len(run.error_lines) == 1, run
     assert "MMIRAGE_PROCESSORS" in run.error_lines[0], run
     assert "no_such_shout_module" in run.error_lines[0], run
+
+
+def _installed(tmp_path: Path, entry: str) -> Path:
+    """A package installed into ``tmp_path/site`` whose entry point (group
+    ``mmirage.processors``) is ``entry``, as pip would leave it."""
+    site = tmp_path / "site"
+    info = site / "shout_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shout-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[mmirage.processors]\nshout = {entry}\n")
+    return site
+
+
+def test_an_installed_entry_point_is_read_for_a_type_mmirage_does_not_know(
+    tmp_path: Path, emulator: Any
+) -> None:
+    config = _config(tmp_path, emulator.openai_base_url)
+    module = _plugin(tmp_path)
+    site = _installed(tmp_path, module)
+    env = cli_env(PYTHONPATH=f"{site}:{tmp_path}", SHOUT_API_KEY="shout-test-key")
+    run = mmirage("run", config, env=env)
+    assert run.code == 0, run
+    rows = sorted(shard_rows(tmp_path / "out"), key=lambda r: r["id"])
+    assert [r["loud"] for r in rows] == [f"ECHO: SAY ROW {i}" for i in range(5)]
+
+
+def test_a_broken_entry_point_fails_only_the_configs_that_need_a_plugin(
+    tmp_path: Path, emulator: Any
+) -> None:
+    site = _installed(tmp_path, "no_such_shout_module")
+    env = cli_env(PYTHONPATH=str(site))
+    run = mmirage("check", _config(tmp_path, emulator.openai_base_url), env=env)
+    assert run.code == 2, run
+    assert len(run.error_lines) == 1, run
+    line = run.error_lines[0]
+    assert "processors[0].type" in line and "no_such_shout_module" in line, run
+    # A config of built-in types never reads the installed plugins.
+    builtin = write_yaml(
+        tmp_path / "builtin.yaml",
+        {
+            "processors": [{"type": "llm", "base_url": emulator.openai_base_url, "model": "m"}],
+            "loading_params": {
+                "datasets": [
+                    {
+                        "path": str(tmp_path / "in.jsonl"),
+                        "type": "JSONL",
+                        "output_dir": str(tmp_path / "out2"),
+                    }
+                ],
+                "state_dir": str(tmp_path / "state2"),
+            },
+            "processing_params": {
+                "inputs": [{"name": "text", "key": "text"}],
+                "outputs": [{"name": "answer", "type": "llm", "prompt": "{{ text }}"}],
+                "output_schema": {"answer": "{{ answer }}"},
+            },
+        },
+    )
+    run = mmirage("run", builtin, env={**env, "OPENAI_API_KEY": "sk-emulator"})
+    assert run.code == 0, run

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,53 @@ def test_optional_attribute_on_the_input_is_honoured() -> None:
     assert extractor.extract(ROW) == {"a": None, "b": 7}
     with pytest.raises(RowError):
         VariableExtractor([OptionalInput("a", "missing")]).extract(ROW)
+
+
+class _Row(Mapping[str, Any]):
+    """A row that is a Mapping but not a dict (what a reader might hand over)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        [InputVar("text", "text")],
+        [InputVar("text", "text"), InputVar("n", "n")],
+        [InputVar("text", "text"), InputVar("source", "meta.source")],  # not a plain column
+        [],
+    ],
+)
+@pytest.mark.parametrize("wrap", [dict, _Row])
+def test_extract_each_is_extract_for_every_row(inputs: list[InputVar], wrap: Any) -> None:
+    rows = [
+        {"text": "a", "n": 1, "meta": {"source": "x"}},
+        {"text": None, "n": 2, "meta": {"source": "y"}},  # required text missing
+        {"text": "c", "meta": {"source": "z"}},  # n missing
+        {"text": "", "n": 0, "meta": {}},  # falsy values are values; meta.source missing
+    ]
+    extractor = VariableExtractor(inputs, optional={"n"})
+    values, errors = extractor.extract_each([wrap(row) for row in rows])
+    assert len(values) == len(rows)
+    for index, row in enumerate(rows):
+        try:
+            expected = extractor.extract(row)
+        except RowError as exc:
+            assert values[index] is None and str(errors[index]) == str(exc)
+        else:
+            assert values[index] == expected and index not in errors
+    if inputs:
+        assert 1 in errors and "input variable 'text'" in str(errors[1])
 
 
 def test_keys_are_compiled_once() -> None:

@@ -1,8 +1,9 @@
 """Modules a user names so that the plain CLI knows their batch providers and processor types.
 
 A plugin module registers what it defines when it is imported. The loader imports, once per
-process and before a config is read, every module named by an entry-point group or by a
-comma-separated environment variable:
+process, every module named by an entry-point group or by a comma-separated environment
+variable (the variable's before a config is read, the entry points' once a config names a type
+or provider that is not built in):
 
 * batch providers: ``mmirage.batch_providers`` / ``MMIRAGE_BATCH_PROVIDERS``;
 * processor types: ``mmirage.processors`` / ``MMIRAGE_PROCESSORS``.
@@ -25,9 +26,12 @@ class PluginLoader:
     env: str  # environment variable holding module names
     loaded: bool = field(default=False)
 
+    named: bool = field(default=False)  # the environment variable's modules are imported
+
     def load(self) -> None:
         """Import every plugin module (once). One that fails to import is an ``ImportError``
         naming it."""
+        self.load_named()
         if self.loaded:
             return
         self.loaded = True
@@ -40,6 +44,14 @@ class PluginLoader:
                 ) from exc
             if callable(loaded) and not isinstance(loaded, type):
                 loaded()  # an entry point may name a register() function instead of a module
+
+    def load_named(self) -> None:
+        """Import the modules the environment variable names (once), not the entry points:
+        reading every installed package's entry points costs a run ~10 ms, so a config
+        reads them only for a type it does not know."""
+        if self.named:
+            return
+        self.named = True
         for module in filter(None, (m.strip() for m in os.environ.get(self.env, "").split(","))):
             try:
                 importlib.import_module(module)
@@ -50,7 +62,7 @@ class PluginLoader:
                 ) from exc
 
     def reset(self) -> None:
-        self.loaded = False
+        self.loaded = self.named = False
 
 
 PROVIDER_PLUGINS = PluginLoader(
@@ -63,8 +75,12 @@ def load_provider_plugins() -> None:
     PROVIDER_PLUGINS.load()
 
 
-def load_processor_plugins() -> None:
-    PROCESSOR_PLUGINS.load()
+def load_processor_plugins(*, installed: bool = True) -> None:
+    """The processor plugins; ``installed=False``: only those ``MMIRAGE_PROCESSORS`` names."""
+    if installed:
+        PROCESSOR_PLUGINS.load()
+    else:
+        PROCESSOR_PLUGINS.load_named()
 
 
 __all__ = [

@@ -100,12 +100,10 @@ def load_mmirage_config_dict(
     for key in _REQUIRED_SECTIONS:
         if key not in data:
             raise ConfigError(source, key, "is required")
-    # Plugins (entry points, MMIRAGE_PROCESSORS) register their processor types on import:
-    # before any type: is read, so the plain CLI knows them.
-    try:
-        load_processor_plugins()
-    except ImportError as exc:
-        raise ConfigError(source, "processors", str(exc)) from None
+    # Plugins register their processor types on import, so the plain CLI knows them: those
+    # MMIRAGE_PROCESSORS names before any type: is read, the installed ones (entry points)
+    # when a type is not known (``_typed_entry``).
+    _load_processor_plugins(source, "processors", installed=False)
     expanded = expand_tree(data, env, source)
 
     processors = _processors(expanded["processors"], source)
@@ -156,12 +154,21 @@ def _typed_entry(
     if not isinstance(raw, dict):
         raise ConfigError(source, where, f"must be a mapping, got {describe_value(raw)}")
     kind = raw.get("type")
+    if kind is not None and kind not in types:
+        _load_processor_plugins(source, f"{where}.type")
     if kind not in types:
         problem = (
             "is required" if kind is None else f"must be one of {', '.join(types)}, got {kind!r}"
         )
         raise ConfigError(source, f"{where}.type", problem)
     return str(kind)
+
+
+def _load_processor_plugins(source: str, where: str, *, installed: bool = True) -> None:
+    try:
+        load_processor_plugins(installed=installed)
+    except ImportError as exc:
+        raise ConfigError(source, where, str(exc)) from None
 
 
 def _processor(raw: Any, path: tuple[str | int, ...], source: str) -> ProcessorConfig:
