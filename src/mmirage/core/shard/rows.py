@@ -61,6 +61,7 @@ class _Group:
         split_starts: Mapping[str | None, int],
     ) -> None:
         self.index = index  # where the row's record goes among the group's records
+        # ``RowWorker.key_of``, written out: a call per row is what a group avoids.
         self.keys = [f"{dataset}:{row.split or ''}:{row.row_id}" for row in rows]
         self.sources = [split_starts[row.split] + row.row_id for row in rows]  # source_index
         self.rows = [row.data for row in rows]
