@@ -356,7 +356,6 @@ def test_a_plugin_named_in_the_environment_registers_the_provider(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(PROVIDER_PLUGINS.env, f" {plugin} ,")
     monkeypatch.setattr(PROVIDER_PLUGINS, "loaded", False)
-    monkeypatch.setattr(PROVIDER_PLUGINS, "named", False)
     try:
         load_provider_plugins()
         assert BatchAdapterRegistry.resolve("mistral") is MistralBatchAdapter
@@ -371,6 +370,5 @@ def test_a_plugin_named_in_the_environment_registers_the_provider(
 def test_a_plugin_that_fails_to_import_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PROVIDER_PLUGINS.env, "no_such_mistral_plugin_module")
     monkeypatch.setattr(PROVIDER_PLUGINS, "loaded", False)
-    monkeypatch.setattr(PROVIDER_PLUGINS, "named", False)
     with pytest.raises(ImportError, match="no_such_mistral_plugin_module"):
         load_provider_plugins()

@@ -193,3 +193,22 @@ def test_a_broken_entry_point_fails_only_the_configs_that_need_a_plugin(
     )
     run = mmirage("run", builtin, env={**env, "OPENAI_API_KEY": "sk-emulator"})
     assert run.code == 0, run
+
+
+def test_a_module_named_in_the_environment_overrides_an_installed_plugin(
+    tmp_path: Path, emulator: Any
+) -> None:
+    config = _config(tmp_path, emulator.openai_base_url)
+    site = _installed(tmp_path, _plugin(tmp_path))
+    override = f"quiet_plugin_{uuid.uuid4().hex[:8]}"
+    quiet = textwrap.dedent(PLUGIN).replace("text.upper()", "text.lower()")
+    (tmp_path / f"{override}.py").write_text(quiet)
+    env = cli_env(
+        MMIRAGE_PROCESSORS=override,
+        PYTHONPATH=f"{site}:{tmp_path}",
+        SHOUT_API_KEY="shout-test-key",
+    )
+    run = mmirage("run", config, env=env)
+    assert run.code == 0, run
+    rows = sorted(shard_rows(tmp_path / "out"), key=lambda r: r["id"])
+    assert [r["loud"] for r in rows] == [f"echo: say row {i}" for i in range(5)]

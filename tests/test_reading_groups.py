@@ -65,8 +65,20 @@ def test_unreadable_rows_keep_their_place_in_and_across_groups(tmp_path: Path) -
     assert ids == list(range(8))
     bad = [item.row_id for _, group in groups for item in group if isinstance(item, BadRow)]
     assert bad == [1, 4, 5, 7]
-    # Groups count readable rows; the unreadable ones before a row travel with it, and those
-    # after the last one come last.
-    assert [_ids(group) for _, group in groups][-1] == [("a", 7, True)]
-    readable = [len([i for i in group if not isinstance(i, BadRow)]) for _, group in groups]
-    assert readable == [2, 2, 0]
+    # Unreadable rows count towards a group's size: a long run of them cannot make one huge
+    # group.
+    assert [len(group) for _, group in groups] == [2, 2, 2, 2]
+
+
+def test_a_long_run_of_unreadable_rows_makes_groups_of_the_size(tmp_path: Path) -> None:
+    shard = _splits_shard(tmp_path, {"a": ["oops"] * 25 + ['{"i": 25}']})
+    groups = list(groups_from(shard, Cursor(), 10))
+    assert [len(group) for _, group in groups] == [10, 10, 6]
+    assert [item.row_id for _, group in groups for item in group] == list(range(26))
+
+
+def test_the_last_group_names_the_range_of_its_last_row_when_later_ranges_are_empty(
+    tmp_path: Path,
+) -> None:
+    shard = _splits_shard(tmp_path, {"a": ['{"i": 0}', '{"i": 1}'], "b": [], "c": []})
+    assert [(index, len(group)) for index, group in groups_from(shard, Cursor(), 10)] == [(0, 2)]

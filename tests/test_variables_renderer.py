@@ -148,6 +148,23 @@ def test_extract_each_is_extract_for_every_row(inputs: list[InputVar], wrap: Any
         assert 1 in errors and "input variable 'text'" in str(errors[1])
 
 
+class _Ambiguous:
+    """Compares like a numpy array: ``==`` has no single truth value."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("the truth value of an array is ambiguous")
+
+    __hash__ = object.__hash__
+
+
+def test_extract_each_takes_values_that_cannot_be_compared() -> None:
+    value = _Ambiguous()
+    extractor = VariableExtractor([InputVar("a", "a")])
+    values, errors = extractor.extract_each([{"a": value}, {"a": None}])
+    assert values[0] is not None and values[0]["a"] is value
+    assert values[1] is None and "input variable 'a'" in str(errors[1])
+
+
 def test_keys_are_compiled_once() -> None:
     assert compile_key("meta.source.name") is compile_key("meta.source.name")
 

@@ -1,9 +1,10 @@
 """Modules a user names so that the plain CLI knows their batch providers and processor types.
 
 A plugin module registers what it defines when it is imported. The loader imports, once per
-process, every module named by an entry-point group or by a comma-separated environment
-variable (the variable's before a config is read, the entry points' once a config names a type
-or provider that is not built in):
+process, every module named by an entry-point group, then those a comma-separated environment
+variable names (they may override the installed ones). Processor plugins are loaded before a
+config is read when the variable names any, else once a config names a type that is not built
+in; provider plugins when a config needs a provider (``config.reader``).
 
 * batch providers: ``mmirage.batch_providers`` / ``MMIRAGE_BATCH_PROVIDERS``;
 * processor types: ``mmirage.processors`` / ``MMIRAGE_PROCESSORS``.
@@ -26,12 +27,9 @@ class PluginLoader:
     env: str  # environment variable holding module names
     loaded: bool = field(default=False)
 
-    named: bool = field(default=False)  # the environment variable's modules are imported
-
     def load(self) -> None:
         """Import every plugin module (once). One that fails to import is an ``ImportError``
         naming it."""
-        self.load_named()
         if self.loaded:
             return
         self.loaded = True
@@ -44,14 +42,6 @@ class PluginLoader:
                 ) from exc
             if callable(loaded) and not isinstance(loaded, type):
                 loaded()  # an entry point may name a register() function instead of a module
-
-    def load_named(self) -> None:
-        """Import the modules the environment variable names (once), not the entry points:
-        reading every installed package's entry points costs a run ~10 ms, so a config
-        reads them only for a type it does not know."""
-        if self.named:
-            return
-        self.named = True
         for module in filter(None, (m.strip() for m in os.environ.get(self.env, "").split(","))):
             try:
                 importlib.import_module(module)
@@ -61,8 +51,17 @@ class PluginLoader:
                     "check that it is on PYTHONPATH"
                 ) from exc
 
+    def load_if_named(self) -> None:
+        """``load``, when the environment variable names modules: they are imported before a
+        config is read, after the installed plugins, which they may override. Else nothing
+        yet: reading every installed package's entry points costs a run ~10 ms, so a config
+        reads them only for a type it does not know (and a broken installed plugin fails only
+        the configs that need one)."""
+        if os.environ.get(self.env, "").strip(" ,"):
+            self.load()
+
     def reset(self) -> None:
-        self.loaded = self.named = False
+        self.loaded = False
 
 
 PROVIDER_PLUGINS = PluginLoader(
@@ -76,11 +75,12 @@ def load_provider_plugins() -> None:
 
 
 def load_processor_plugins(*, installed: bool = True) -> None:
-    """The processor plugins; ``installed=False``: only those ``MMIRAGE_PROCESSORS`` names."""
+    """The processor plugins; ``installed=False``: only if ``MMIRAGE_PROCESSORS`` names any
+    (``PluginLoader.load_if_named``)."""
     if installed:
         PROCESSOR_PLUGINS.load()
     else:
-        PROCESSOR_PLUGINS.load_named()
+        PROCESSOR_PLUGINS.load_if_named()
 
 
 __all__ = [

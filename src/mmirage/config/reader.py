@@ -100,9 +100,9 @@ def load_mmirage_config_dict(
     for key in _REQUIRED_SECTIONS:
         if key not in data:
             raise ConfigError(source, key, "is required")
-    # Plugins register their processor types on import, so the plain CLI knows them: those
-    # MMIRAGE_PROCESSORS names before any type: is read, the installed ones (entry points)
-    # when a type is not known (``_typed_entry``).
+    # Plugins register their processor types on import, so the plain CLI knows them: all of
+    # them before any type: is read when MMIRAGE_PROCESSORS names modules, else when a type is
+    # not known (``_typed_entry``).
     _load_processor_plugins(source, "processors", installed=False)
     expanded = expand_tree(data, env, source)
 

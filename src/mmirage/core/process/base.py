@@ -1,8 +1,8 @@
 """The contract between the shard runner and the processors (llm, custom, batch_api).
 
 The runner takes rows a batch at a time (``loading_params.batch_size``); for each output, in
-declared order, it renders one ``OutputRequest`` per row and hands them all to the output's
-processor (as one ``RequestBatch``, columns rather than objects), which answers one
+declared order, it renders a request per row and hands them all to the output's processor as
+one ``RequestBatch`` (a sequence of ``OutputRequest``s, held as columns), which answers one
 ``OutputResult`` per request, in the same order. A processor never raises for one row's
 failure: that row's result carries the error.
 """
@@ -30,8 +30,9 @@ class OutputRequest:
 
 class RequestBatch(Sequence[OutputRequest]):
     """One output's requests for a group of rows, held as columns: rows are many, so the runner
-    makes no object per request. Indexing or iterating gives ``OutputRequest``s, built then;
-    the ``llm`` processor reads the columns themselves."""
+    makes no object per request. Indexing or iterating gives ``OutputRequest``s, each built
+    then (a sequence, not a list: ``list(requests)`` makes one); the ``llm`` processor reads
+    the columns themselves."""
 
     __slots__ = (
         "image_urls",

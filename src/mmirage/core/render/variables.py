@@ -184,10 +184,15 @@ class VariableExtractor:
                     out = [dict(zip(names, values, strict=True)) for values in each]
                 else:
                     out = [{} for _ in rows]
-                for name, column in zip(names, columns, strict=True):
-                    if name not in self._optional and None in column:
-                        self._missing(rows, out, errors, column)
-                return out, errors
+                try:
+                    for name, column in zip(names, columns, strict=True):
+                        # (``in`` compares with ==: a value like a numpy array raises.)
+                        if name not in self._optional and None in column:
+                            self._missing(rows, out, errors, column)
+                except (TypeError, ValueError):
+                    out, errors = [], {}  # row by row, below
+                else:
+                    return out, errors
         for index, row in enumerate(rows):
             try:
                 out.append(self.extract(row))

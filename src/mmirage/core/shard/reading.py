@@ -25,12 +25,13 @@ def groups_from(
     shard: DatasetShard, cursor: Cursor, size: int, on_bad_row: OnBadRow = "skip"
 ) -> Iterator[tuple[int, list[Item]]]:
     """The shard's rows from the checkpoint's cursor on, ``size`` at a time (a group may span
-    ranges), unreadable rows in their place (``on_bad_row="fail"``: the loader raises
-    ``DataError`` at the first one instead); each group with the index of the range its last
-    row is in. Rows are taken from the reader a group at a time: no Python step per row."""
+    ranges; the last may be smaller), unreadable rows in their place (``on_bad_row="fail"``:
+    the loader raises ``DataError`` at the first one instead); each group with the index of
+    the range its last row is in. Rows are taken from the reader a group at a time: no Python
+    step per row."""
     group: list[Item] = []
     first, next_row_id = cursor.range_index, cursor.next_row_id  # before any group lands
-    index = first
+    last = first  # the range of the group's last row
     for index in range(first, len(shard.ranges)):
         r = shard.ranges[index]
         start = r.start if index != first or next_row_id is None else next_row_id
@@ -43,14 +44,16 @@ def groups_from(
             if bad:  # each before the row that follows it (a range's row ids only grow)
                 taken = sorted([*taken, *bad], key=_row_id)
                 bad.clear()
-            group += taken
-            if len(group) >= size:
-                yield index, group
-                group = []
-            elif not taken:
+            if not taken:
                 break  # this range is read
+            group += taken
+            last = index
+            # Unreadable rows count too: a long run of them makes several groups, not one.
+            while len(group) >= size:
+                yield index, group[:size]
+                group = group[size:]
     if group:
-        yield index, group
+        yield last, group
 
 
 def _row_id(item: Item) -> int:

@@ -25,6 +25,15 @@ def tally_rows(into: Any, rows: Iterable[Mapping[str, Any]]) -> None:
     into.rows_done += len(rows)
     into.rows_failed += len([row for row in rows if row.get(ERRORS)])
     into.rows_retryable += len([row for row in rows if row.get(RETRY) is not None])
-    # Summed as read (a shard read back may hold them as floats), made ints once.
-    into.input_tokens += int(sum([usage.get("input_tokens") or 0 for usage in usages]))
-    into.output_tokens += int(sum([usage.get("output_tokens") or 0 for usage in usages]))
+    into.input_tokens += _total(usages, "input_tokens")
+    into.output_tokens += _total(usages, "output_tokens")
+
+
+def _total(usages: list[Mapping[str, Any]], key: str) -> int:
+    # Summed as read (a shard read back may hold floats), made an int once; values that are
+    # not numbers (text, from a file a person edited) are read one by one, as int() reads them.
+    values = [usage.get(key) or 0 for usage in usages]
+    try:
+        return int(sum(values))
+    except TypeError:
+        return sum(int(value) for value in values)
