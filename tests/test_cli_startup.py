@@ -32,3 +32,21 @@ def test_commands_load_when_asked_for() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[] True"
+
+
+def test_plain_input_keys_are_read_without_jmespath() -> None:
+    # Most inputs[].key are plain field paths: checked and read without importing JMESPath
+    # (a run's start-up); any other key still is JMESPath.
+    probe = """
+import sys
+from mmirage.config.processing_params import InputVar
+from mmirage.core.render.variables import VariableExtractor
+plain = [InputVar(name="q", key="question"), InputVar(name="n", key="meta.n")]
+rows = [{"question": "why?", "meta": {"n": 2}}]
+assert VariableExtractor(plain).extract_each(rows)[0] == [{"q": "why?", "n": 2}]
+print("jmespath" in sys.modules)
+VariableExtractor([InputVar(name="first", key="items[0]")])
+print("jmespath" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"]

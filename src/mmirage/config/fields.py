@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
@@ -33,3 +34,12 @@ PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
+
+
+_FIELD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def is_field_path(key: str) -> bool:
+    """``a.b.c`` of plain names: what most ``inputs[].key`` are, and a valid JMESPath
+    expression that needs no JMESPath to read (nor to check)."""
+    return _FIELD_PATH.match(key) is not None

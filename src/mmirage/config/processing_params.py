@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator
 
 from mmirage.config.errors import FieldError
-from mmirage.config.fields import NonEmptyStr, PositiveFloat, PositiveInt
+from mmirage.config.fields import NonEmptyStr, PositiveFloat, PositiveInt, is_field_path
 from mmirage.config.output_schema import OutputSchema, parse_output_schema
 
 
@@ -34,7 +34,9 @@ class InputVar:
 
     def __post_init__(self) -> None:
         _check_identifier(self.name)
-        import jmespath  # small, pure Python; compiled here so a typo fails at load
+        if is_field_path(self.key):
+            return  # valid as it is: no JMESPath to import
+        import jmespath  # compiled here so a typo fails at load
         from jmespath.exceptions import JMESPathError
 
         try:

@@ -109,8 +109,12 @@ def load_mmirage_config_dict(
     processors = _processors(expanded["processors"], source)
     loading = build(LoadingParams, expanded["loading_params"], ("loading_params",), source)
     processing = _processing(expanded["processing_params"], source)
-    execution = build(
-        ExecutionParams, expanded.get("execution_params") or {}, ("execution_params",), source
+    # An absent section is its defaults: no validator to compile for it (a run's start-up).
+    raw_execution = expanded.get("execution_params")
+    execution = (
+        build(ExecutionParams, raw_execution, ("execution_params",), source)
+        if raw_execution
+        else ExecutionParams()
     )
 
     _check_processor_selection(processors, processing.outputs, source)

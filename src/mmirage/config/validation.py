@@ -8,7 +8,6 @@ and the classes' ``__post_init__`` checks.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import types
 import typing
 from typing import Any, TypeVar
@@ -56,6 +55,8 @@ def check_keys(
 
 
 def unknown_key_problem(key: str, allowed: list[str]) -> str:
+    import difflib  # only to word an error
+
     close = difflib.get_close_matches(key, allowed, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"unknown key '{key}'{hint}; allowed keys: {', '.join(allowed)}"

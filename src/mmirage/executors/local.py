@@ -16,7 +16,6 @@ import click
 from mmirage.errors import UserError, WorkFailed
 from mmirage.executors.base import Executor, RunPlan, RunRequest, summary
 from mmirage.executors.outcome import RunResult, ShardOutcome, conclude, describe, stats_json
-from mmirage.executors.parallel import ParallelRun
 from mmirage.executors.signals import die_with_parent, sigterm_as_exit
 
 if TYPE_CHECKING:
@@ -206,6 +205,8 @@ class LocalExecutor(Executor):
         width = ep.local_parallel_shards if ep.mode == "local" else 1
         if width <= 1 or len(shards) <= 1:
             return [run_one(self.cfg, k, plan, self.run_id, self._run_shard) for k in shards]
+        from mmirage.executors.parallel import ParallelRun  # only for child processes
+
         flags = (("--force-retry", plan.force_retry), ("--recompute", plan.recompute))
         extra = [flag for flag, on in flags if on]
         parallel = ParallelRun(self.cfg, self.config_path, command, extra, width, self.run_id)

@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import base64
 import itertools
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
-import jmespath
-from jmespath.parser import ParsedResult
-
 from llm_kit.images import sniff_media_type
+from mmirage.config.fields import is_field_path
 from mmirage.core.render.image_files import local_image_path
 from mmirage.core.render.row_error import RowError
 
 if TYPE_CHECKING:
+    from jmespath.parser import ParsedResult
+
     from mmirage.config.processing_params import ProcessingParams
 
 
@@ -33,9 +32,6 @@ class InputSpec(Protocol):
     def key(self) -> str: ...
     @property
     def type(self) -> str: ...
-
-
-_FIELD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 class _FieldPath:
@@ -56,8 +52,10 @@ class _FieldPath:
 @lru_cache(maxsize=1024)
 def compile_key(key: str) -> ParsedResult | _FieldPath:
     """One compiled expression per distinct key, shared by every row and every extractor."""
-    if _FIELD_PATH.match(key):
+    if is_field_path(key):
         return _FieldPath(key)
+    import jmespath  # only for keys that are more than a field path
+
     return jmespath.compile(key)
 
 
