@@ -535,3 +535,47 @@ def test_a_processor_may_stream_through_any_async_iterator(tmp_path: Path) -> No
     run_shard(config, 0, processors={"llm": PlainIterator()})
     rows = published(config)
     assert [r["answer"] for r in rows][:2] == ["it:Q t0", "it:Q t1"]
+
+
+class SourceIndexes(FakeProcessor):
+    """Also notes each request's source_index."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: dict[str, int] = {}
+
+    async def process(self, output: Any, requests: Sequence[OutputRequest]) -> list[OutputResult]:
+        self.sources.update((r.row_key, r.source_index) for r in requests)
+        return await super().process(output, requests)
+
+
+def test_a_group_across_splits_keys_each_row_by_its_own_split(tmp_path: Path) -> None:
+    # One group holds the end of one split and the start of the next: each row keeps its
+    # split's key and its global source_index (the split's offset plus its row id).
+    paths = {}
+    for split, n in (("train", 4), ("test", 3)):
+        paths[split] = str(write_rows(tmp_path / f"{split}.jsonl", n))
+    data = {
+        "processors": [{"type": "llm", "model": "m", "message_format": "local"}],
+        "loading_params": {
+            "datasets": [{"path": paths, "type": "JSONL", "output_dir": str(tmp_path / "out")}],
+            "batch_size": 5,
+            "output_format": "jsonl",
+            "state_dir": str(tmp_path / "state"),
+        },
+        "processing_params": {
+            "inputs": [{"name": "id", "key": "id"}],
+            "outputs": [{"name": "answer", "type": "llm", "prompt": "Q {{ id }}"}],
+            "output_schema": {"answer": "{{ answer }}"},
+        },
+    }
+    config = load_mmirage_config_dict(data, source="test.yaml", env={})
+    proc = SourceIndexes()
+    run_shard(config, 0, processors={"llm": proc})
+    rows = published(config)
+    keys = [f"0:train:{i}" for i in range(4)] + [f"0:test:{i}" for i in range(3)]
+    assert [row["__row_key__"] for row in rows] == keys
+    assert [row["answer"] for row in rows] == [f"echo:Q {i}" for i in (0, 1, 2, 3, 0, 1, 2)]
+    assert [row["__usage__"] for row in rows] == [{"input_tokens": 2, "output_tokens": 1}] * 7
+    assert all(row["__errors__"] is None for row in rows)
+    assert proc.sources == {key: at for at, key in enumerate(keys)}

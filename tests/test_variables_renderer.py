@@ -428,3 +428,22 @@ def test_optional_comes_from_the_config() -> None:
     )
     extractor = VariableExtractor(config.processing_params.inputs)
     assert extractor.extract({"a": {}}) == {"maybe": None}
+
+
+@pytest.mark.parametrize("remove_columns", [False, True])
+def test_render_each_of_bare_names_is_render_for_every_row(remove_columns: bool) -> None:
+    # Every column a bare {{ name }}: the rows are copied the short way, with the same result
+    # as rendering each; a row that lacks a variable still fails alone, naming it.
+    renderer = OutputRenderer(
+        {"text": "{{ new }}", "added": "{{ id }}"}, remove_columns=remove_columns
+    )
+    rows = [{"id": i, "text": "old", "extra": [i]} for i in range(3)]
+    good = [{"new": f"fresh {i}", "id": i} for i in range(3)]
+    out, errors = renderer.render_each(good, rows)
+    assert errors == {}
+    assert out == [renderer.render(v, r) for v, r in zip(good, rows, strict=True)]
+    assert [list(o or ()) for o in out] == [list(renderer.render(good[0], rows[0]))] * 3
+    lacking = [good[0], {"id": 1}, good[2]]
+    out, errors = renderer.render_each(lacking, rows)
+    assert out[0] == renderer.render(good[0], rows[0]) and out[1] is None
+    assert set(errors) == {1} and "new" in str(errors[1])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -111,25 +112,32 @@ class JsonlReader(RowReader):
         if stop is not None and stop <= start:
             return
         offset, row_id, line_no = self._seek_point(start)
+        split, end = self.split, sys.maxsize if stop is None else stop
         with open(self.path, "rb") as f:
             f.seek(offset)
-            for raw in f:
-                line_no += 1
-                if raw.isspace():  # a blank line (no copy made, unlike strip)
-                    continue
-                if row_id >= start:
-                    if stop is not None and row_id >= stop:
-                        return
-                    if line_no == 1 and raw.startswith(_BOM):
-                        raw = raw[3:]
-                    try:
-                        data = _loads(raw)
-                    except ValueError as exc:
-                        data = exc
-                    if type(data) is dict:
-                        yield Row(row_id, data, self.split)
-                    else:
-                        self._bad_row(line_no, row_id, _problem(data), on_bad_row, bad_rows)
+            lines = enumerate(f, line_no + 1)
+            if row_id < start:  # the rows before ``start`` are counted, not parsed
+                for _, raw in lines:
+                    if not raw.isspace():
+                        row_id += 1
+                        if row_id == start:
+                            break
+            loads = _loads
+            # The common line takes the fewest steps: rows are many. A blank line or a byte
+            # order mark is found when the line does not parse.
+            for line_no, raw in lines:
+                if row_id >= end:
+                    return
+                try:
+                    data = loads(raw)
+                except ValueError as exc:
+                    if raw.isspace():
+                        continue  # not a row: it takes no row id
+                    data = _without_bom(raw) if line_no == 1 else exc
+                if type(data) is dict:
+                    yield Row(row_id, data, split)
+                else:
+                    self._bad_row(line_no, row_id, _problem(data), on_bad_row, bad_rows)
                 row_id += 1
 
     def _bad_row(
@@ -147,6 +155,14 @@ class JsonlReader(RowReader):
             )
         if bad_rows is not None:
             bad_rows(BadRow(self.path, line_no, problem, row_id, self.split))
+
+
+def _without_bom(raw: bytes) -> Any:
+    """The first line's value after its byte order mark, or why it is not one."""
+    try:
+        return _loads(raw.removeprefix(_BOM))
+    except ValueError as exc:
+        return exc
 
 
 def _problem(value: Any) -> str:

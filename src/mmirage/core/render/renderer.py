@@ -142,6 +142,10 @@ class OutputRenderer:
             (key, node.path[0] if isinstance(node, _Ref) and len(node.path) == 1 else None, node)
             for key, node in self._tree.items()
         ]
+        # When every column is a bare ``{{ name }}``: (column, variable) pairs, copied as they are.
+        self._copies: list[tuple[str, str]] = [(k, n) for k, n, _ in self._plan if n is not None]
+        if len(self._copies) < len(self._plan):
+            self._copies = []
 
     def render(
         self, variables: Mapping[str, Any], row: Mapping[str, Any] | None = None
@@ -162,6 +166,11 @@ class OutputRenderer:
         plan, keep_row = self._plan, not self.remove_columns
         out: list[dict[str, Any] | None] = []
         errors: dict[int, RowError] = {}
+        if self._copies:
+            try:
+                return self._copied(variables, rows), errors
+            except KeyError:  # a row lacks a variable: row by row, which says so
+                pass
         for index, (values, row) in enumerate(zip(variables, rows, strict=True)):
             rendered: dict[str, Any] = dict(row) if keep_row else {}
             try:
@@ -176,6 +185,20 @@ class OutputRenderer:
             else:
                 out.append(rendered)
         return out, errors
+
+    def _copied(
+        self, variables: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any] | None]:
+        """``render_each`` when every column is a bare ``{{ name }}`` (the fewest steps a
+        row); a KeyError when some row lacks one of them."""
+        copies, keep_row = self._copies, not self.remove_columns
+        out: list[dict[str, Any] | None] = []
+        for values, row in zip(variables, rows, strict=True):
+            copied = dict(row) if keep_row else {}
+            for key, name in copies:
+                copied[key] = values[name]
+            out.append(copied)
+        return out
 
     def render_partial(
         self,

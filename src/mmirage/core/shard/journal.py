@@ -98,7 +98,6 @@ class ResultJournal:
         # Straight into the turn's buffer: orjson's output kept alive costs several times
         # its making.
         unwritten += orjson.dumps(entry, default=str, option=_OPTS)
-        self._lines += 1
         live = self._live.get(output)
         if live is None:
             live = self._live[output] = {}
@@ -116,6 +115,7 @@ class ResultJournal:
         if not self._unwritten or self._fd is None:
             return
         lines, self._unwritten = self._unwritten, bytearray()
+        self._lines += lines.count(b"\n")  # an entry is one line (JSON escapes its newlines)
         try:  # once per turn of the event loop: no context manager (``writing``) here
             os.write(self._fd, lines)
         except OSError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from operator import itemgetter
 from typing import Any
 
 from mmirage.core.shard.journal import ResultJournal
@@ -27,6 +28,7 @@ from mmirage.rundir import COUNTERS, ERRORS, ROW_KEY
 logger = logging.getLogger("mmirage.core.shard.runner")
 
 CHECKPOINT_SECONDS = 1.0  # between two checkpoints of a part file
+_ROW_KEY_OF, _ERRORS_OF = itemgetter(ROW_KEY), itemgetter(ERRORS)
 
 
 class Landing:
@@ -53,11 +55,13 @@ class Landing:
         ckpt, report = self.ckpt, self.report
         self.out.append(records)
         tally_rows(ckpt, records)
-        self._unsettled += [rec[ROW_KEY] for rec in records]
-        failed = [rec for rec in records if rec[ERRORS] is not None]
+        self._unsettled += map(_ROW_KEY_OF, records)
+        errors = list(map(_ERRORS_OF, records))  # a loop in C: rows are many
+        failed = errors.count(None) < len(errors)
         if failed and report.first_row_error is None:
-            where, why = next(iter(failed[0][ERRORS].items()))
-            report.first_row_error = f"row {failed[0][ROW_KEY]} ({where}): {why}"
+            at = next(at for at, error in enumerate(errors) if error is not None)
+            where, why = next(iter(errors[at].items()))
+            report.first_row_error = f"row {records[at][ROW_KEY]} ({where}): {why}"
         ckpt.range_index, ckpt.next_row_id = range_index, items[-1].row_id + 1
         # A failed row's answer is not journaled (a resumed run tries it again), and a
         # refusal is paid for: a group with one is checkpointed at once, as it lands.

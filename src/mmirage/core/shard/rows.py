@@ -12,7 +12,8 @@ that succeeds) makes as few of them as it can.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, cast
 
 from mmirage.core.loader import BadRow, DatasetShard, Row
 from mmirage.core.process.base import OutputResult, Processor, RequestBatch
@@ -24,6 +25,9 @@ from mmirage.core.shard.progress import RowCount
 from mmirage.core.shard.reading import Item
 from mmirage.core.shard.retry_marker import retry_marker
 from mmirage.rundir import ERRORS, RETRY, ROW_KEY, USAGE, VARS
+
+# A row's columns, read by ``map`` (a loop in C) over a group's rows.
+_ROW_ID, _DATA, _SPLIT = attrgetter("row_id"), attrgetter("data"), attrgetter("split")
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -56,15 +60,24 @@ class _Group:
         self,
         index: Sequence[int],
         rows: list[Row],
+        data: list[dict[str, Any]],
         variables: list[dict[str, Any]],
         dataset: int,
         split_starts: Mapping[str | None, int],
     ) -> None:
         self.index = index  # where the row's record goes among the group's records
-        # ``RowWorker.key_of``, written out: a call per row is what a group avoids.
-        self.keys = [f"{dataset}:{row.split or ''}:{row.row_id}" for row in rows]
-        self.sources = [split_starts[row.split] + row.row_id for row in rows]  # source_index
-        self.rows = [row.data for row in rows]
+        # ``RowWorker.key_of`` and the source_index, column by column: a group's rows are of
+        # one split but where it changes, and a loop in C (``map``) makes no Python step per row.
+        splits = set(map(_SPLIT, rows))
+        if len(splits) == 1:
+            (split,) = splits
+            ids = list(map(_ROW_ID, rows))
+            self.keys = list(map(f"{dataset}:{split or ''}:".__add__, map(str, ids)))
+            self.sources = list(map(split_starts[split].__add__, ids))
+        else:
+            self.keys = [f"{dataset}:{row.split or ''}:{row.row_id}" for row in rows]
+            self.sources = [split_starts[row.split] + row.row_id for row in rows]
+        self.rows = data
         self.variables = variables
         self.input_tokens = [0] * len(rows)
         self.output_tokens = [0] * len(rows)
@@ -130,16 +143,18 @@ class RowWorker:
 
     async def process(self, items: list[Item]) -> list[dict[str, Any]]:
         records: list[dict[str, Any] | None] = [None] * len(items)
-        rows = [item for item in items if isinstance(item, Row)]
         readable: Sequence[int] = range(len(items))
-        if len(rows) < len(items):
+        rows: list[Row] = items  # type: ignore[assignment]  # unless some row is unreadable:
+        if set(map(type, items)) != {Row}:
+            rows = [item for item in items if isinstance(item, Row)]
             readable = [at for at, item in enumerate(items) if isinstance(item, Row)]
             for at, item in enumerate(items):
                 if isinstance(item, BadRow):
                     why = f"line {item.line} of {item.file} is not a valid row: {item.error}"
                     records[at] = self._failed(self.key_of(item), {}, {"__row__": why})
                     self.count.finish(failed=True)
-        values, broken = self.extractor.extract_each([row.data for row in rows])
+        data = list(map(_DATA, rows))
+        values, broken = self.extractor.extract_each(data)
         if broken:
             for at, exc in broken.items():
                 row = rows[at]
@@ -148,12 +163,13 @@ class RowWorker:
                 self.count.finish(failed=True)
             readable = [r for at, r in enumerate(readable) if at not in broken]
             rows = [row for at, row in enumerate(rows) if at not in broken]
-        extracted = [v for v in values if v is not None]
-        g = _Group(readable, rows, extracted, self.dataset_index, self._split_starts)
+            data = [row for at, row in enumerate(data) if at not in broken]
+            values = [v for v in values if v is not None]
+        extracted: list[dict[str, Any]] = values  # type: ignore[assignment]  # None: broken
+        g = _Group(readable, rows, data, extracted, self.dataset_index, self._split_starts)
         for output in self.config.processing_params.outputs:
             await self._output(output, g)
-        self._records(g, records)
-        return [r for r in records if r is not None]
+        return self._records(g, records)
 
     async def _output(self, output: OutputVar, g: _Group) -> None:
         """Compute one output for the rows still going."""
@@ -242,7 +258,8 @@ class RowWorker:
                 output_tokens[p] += result.output_tokens
                 if last:
                     count.done += 1
-                    count.failed += p in errors
+                    if errors:  # (a row with an earlier output's error)
+                        count.failed += p in errors
             else:
                 take_result(g, p, name, result)
 
@@ -267,8 +284,9 @@ class RowWorker:
         if result.fallback:
             g.variables[p][name] = result.value
 
-    def _records(self, g: _Group, records: list[dict[str, Any] | None]) -> None:
-        """Each row as published, in its place in ``records``: rendered in full when every
+    def _records(self, g: _Group, records: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+        """The group's records: each row as published, in its place among ``records`` (those
+        of the rows that failed earlier are there already); rendered in full when every
         output has a value (a fallback counts), else with ``None`` only where the schema
         reads an output it lacks."""
         names, errors = self.output_names, g.errors
@@ -282,6 +300,15 @@ class RowWorker:
         rendered, broken = self.renderer.render_each(values, rows)
         keys, index, input_tokens, output_tokens = g.keys, g.index, g.input_tokens, g.output_tokens
         extras = bool(self.batch_outputs)
+        if not (errors or broken or extras) and len(rendered) == len(records):
+            # The common group (every row read and answered, nothing to add): in its order.
+            good = cast(list[dict[str, Any]], rendered)  # nothing broke: no None
+            usage = zip(keys, input_tokens, output_tokens, strict=True)
+            for published, (key, used_in, used_out) in zip(good, usage, strict=True):
+                published[ROW_KEY] = key
+                published[ERRORS] = None
+                published[USAGE] = {"input_tokens": used_in, "output_tokens": used_out}
+            return good
         for at, (p, record) in enumerate(zip(whole, rendered, strict=True)):
             if record is None:
                 self.count.failed += p not in errors  # counted as a good row when it finished
@@ -303,6 +330,7 @@ class RowWorker:
             record[ERRORS] = errors[p]
             record[USAGE] = {"input_tokens": input_tokens[p], "output_tokens": output_tokens[p]}
             records[index[p]] = self._extras(record, g, p)
+        return [r for r in records if r is not None]
 
     def _failed(
         self,
