@@ -14,6 +14,7 @@ SCRIPTS = [
     "pacing.py",
     "batch_api.py",
     "pipeline_overhead.py",
+    "pipeline_instructions.py",
     "pipeline_memory.py",
     "cli_startup.py",
     "mmirage_batch.py",
