@@ -96,9 +96,7 @@ def main() -> None:
         child(args.child[0], args.child[1:])
         return
     if shutil.which("valgrind") is None:
-        print(
-            "\n== pipeline instructions: skipped, valgrind is not installed (apt-get install valgrind)"
-        )
+        print("\n== pipeline instructions: skipped (needs valgrind: apt-get install valgrind)")
         return
     from pipeline_overhead import write_config, write_data
 
