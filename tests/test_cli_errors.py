@@ -3,16 +3,29 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import typing
+from pathlib import Path
 
 import pytest
+import yaml
 
+from llm_kit.emulator import EmulatorConfig, running_emulator
 from llm_kit.errors import ConfigError as KitConfigError
 from llm_kit.errors import LLMKitError
+from mmirage.cli import INTERRUPTED
 from mmirage.cli.errors import code_of, exit_code_for, exit_on_errors, user_errors_exit_2
 from mmirage.config import ConfigError
 from mmirage.core.merge.shards import MergeError
 from mmirage.errors import UserError, WorkFailed
+
+MMIRAGE = Path(sys.executable).with_name("mmirage")
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
 
 
 @pytest.mark.parametrize(
@@ -64,3 +77,71 @@ def test_every_mode_of_the_config_has_an_executor() -> None:
 
     modes = typing.get_args(typing.get_type_hints(ExecutionParams)["mode"])
     assert set(modes) == set(EXECUTORS)
+
+
+def test_ctrl_c_says_in_one_sentence_that_the_run_goes_on_when_run_again(tmp_path: Path) -> None:
+    # Not click's bare "Aborted!": the sentence the troubleshooting page quotes, exit code 1,
+    # and the same command then finishes the shard from its checkpoint.
+    rows = 400
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(rows)))
+    slow = EmulatorConfig(latency_s=0.02)
+    with running_emulator(slow, subprocess=True) as emu:
+        config = tmp_path / "c.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "processors": [
+                        {
+                            "type": "llm",
+                            "base_url": emu.openai_base_url,
+                            "model": "m",
+                            "worker_concurrency": 4,
+                        }
+                    ],
+                    "loading_params": {
+                        "datasets": [
+                            {
+                                "path": str(data),
+                                "type": "JSONL",
+                                "output_dir": str(tmp_path / "out"),
+                            }
+                        ],
+                        "output_format": "jsonl",
+                        "state_dir": str(tmp_path / "state"),
+                    },
+                    "processing_params": {
+                        "inputs": [{"name": "text", "key": "text"}],
+                        "outputs": [{"name": "answer", "type": "llm", "prompt": "{{ text }}"}],
+                        "output_schema": {"answer": "{{ answer }}"},
+                    },
+                }
+            )
+        )
+        env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
+        run = subprocess.Popen(
+            [str(MMIRAGE), "run", str(config)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        part = tmp_path / "out" / ".parts" / "shard-0-of-1.ckpt.json"
+        deadline = time.monotonic() + 60
+        while not part.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first group is checkpointed: the run is under way
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=120)
+        assert run.returncode == 1, stderr
+        assert stderr.splitlines()[-1] == f"error: {INTERRUPTED}"
+        assert f"`{INTERRUPTED}`" in PAGE.read_text()
+        again = subprocess.run(
+            [str(MMIRAGE), "run", str(config)], env=env, capture_output=True, text=True
+        )
+    assert again.returncode == 0, again.stderr
+    assert "resuming" in again.stderr or "done" in again.stderr
+    published = (tmp_path / "out" / "shard-0-of-1.jsonl").read_text().splitlines()
+    assert [json.loads(line)["answer"] for line in published] == [
+        f"echo: row {i}" for i in range(rows)
+    ]

@@ -24,8 +24,23 @@ COMMANDS = {
 }
 
 
+# Ctrl-C: what a run finished stays (checkpoints, journaled answers), so one sentence says so
+# rather than click's bare "Aborted!".
+INTERRUPTED = (
+    "interrupted; what finished is kept (checkpointed rows, journaled answers, submitted "
+    "batches): run the same command again to go on from there"
+)
+
+
 class LazyGroup(click.Group):
     """A group whose ``COMMANDS`` are imported when asked for."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo(f"error: {INTERRUPTED}", err=True)
+            ctx.exit(1)  # the work did not finish (errors.WORK_FAILED)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *COMMANDS})
