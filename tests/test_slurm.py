@@ -303,11 +303,15 @@ def test_sbatch_refusing_the_job_is_its_own_sentence_exit_2(
 def test_a_task_stopped_at_its_time_limit_resumes_from_its_checkpoint(
     slurm_cluster: None, tmp_path: Path
 ) -> None:
-    """A 1-minute limit with TERM 45 s before it and a slow emulator: the task checkpoints,
-    records "time limit" and exits; with the limit raised, its retry resumes from there."""
-    rows = 120
+    """A 2-minute limit with TERM 45 s before it and a slow emulator: the task checkpoints,
+    records "time limit" and exits; with the limit raised, its retry resumes from there.
+
+    SLURM sends the signal at its next 30-s tick after ``limit - grace``, and may send it up to
+    60 s early: here between 15 s (checkpoints exist) and ~110 s (600 rows at one request at a
+    time, 0.25 s each, are still running)."""
+    rows = 600
     with running_emulator(EmulatorConfig(latency_s=0.25)) as emu:
-        limited = {"time_limit": "1", "signal_grace_seconds": 45}
+        limited = {"time_limit": "2", "signal_grace_seconds": 45}
         config = make_pipeline(
             tmp_path, emu.openai_base_url, shards=1, rows=rows, concurrency=1, execution=limited
         )
@@ -315,15 +319,15 @@ def test_a_task_stopped_at_its_time_limit_resumes_from_its_checkpoint(
         assert job.isdigit()
         wait_until(
             lambda: squeue_states(job).get(0) not in (None, "PENDING", "RUNNING", "COMPLETING"),
-            timeout=150,
+            timeout=200,
             what="the time limit",
         )
         first = status(tmp_path, 0)
         assert first["status"] == "failed" and first["error"].startswith("time limit"), first
         kept = int(first["rows_done"])
         assert 0 < kept < rows
-        # The user raises the limit (not part of the fingerprint) and retries.
-        make_pipeline(tmp_path, emu.openai_base_url, shards=1, rows=rows, concurrency=1)
+        # The user raises the limit (not part of the fingerprint, nor is concurrency) and retries.
+        make_pipeline(tmp_path, emu.openai_base_url, shards=1, rows=rows, concurrency=32)
         emu.reset_stats()
         retry = mmirage("retry", str(config), "-y", cwd=tmp_path)
         assert retry.returncode == 0, retry.stderr

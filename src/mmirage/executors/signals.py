@@ -14,8 +14,9 @@ def sigterm_as_exit(grace_s: float = 0.0) -> None:
     """SIGTERM (SLURM, kill, a stopped parent) unwinds like Ctrl-C, so the shard records
     "failed" (or "time limit", near a SLURM task's deadline), not "running". Only the first
     one: a second SIGTERM (a child can get one from its dying parent and one from whoever
-    stops it) would cut short the cleanup that records the shard's state."""
-    from mmirage.core.shard.stop import note, stop_reason
+    stops it) would cut short the cleanup that records the shard's state. While a shard's
+    coroutine runs, the signal cancels it at its next await instead (``stop.stop_shard``)."""
+    from mmirage.core.shard.stop import note, stop_reason, stop_shard
 
     unwinding = False
 
@@ -24,7 +25,10 @@ def sigterm_as_exit(grace_s: float = 0.0) -> None:
         if unwinding:
             return
         unwinding = True
-        note(stop_reason(signum, grace_s))
+        reason = stop_reason(signum, grace_s)
+        if stop_shard(reason, 128 + signum):
+            return
+        note(reason)
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)

@@ -56,7 +56,7 @@ from mmirage.core.shard.state import (
     is_stale,
     shard_lock,
 )
-from mmirage.core.shard.stop import interruption
+from mmirage.core.shard.stop import cancelled_on_stop, exit_if_stopped, interruption
 from mmirage.core.writer.helper import ArrowHelper
 from mmirage.rundir import (
     fingerprint,
@@ -92,18 +92,22 @@ def run_shard(
     processors write their requests there instead of submitting them. ``retry_rows``: in a
     published shard, compute again the rows that failed for a retryable reason (``row_retry``).
     """
-    return loops.run(
-        arun_shard(
-            config,
-            shard_id,
-            processors=processors,
-            force=force,
-            reset_attempts=reset_attempts,
-            retry_rows=retry_rows,
-            run_id=run_id,
-            export_prompts=export_prompts,
+    try:
+        return loops.run(
+            arun_shard(
+                config,
+                shard_id,
+                processors=processors,
+                force=force,
+                reset_attempts=reset_attempts,
+                retry_rows=retry_rows,
+                run_id=run_id,
+                export_prompts=export_prompts,
+            )
         )
-    )
+    except asyncio.CancelledError:
+        exit_if_stopped()  # a SIGTERM cancelled the shard: exit 143 as it asked
+        raise
 
 
 async def arun_shard(
@@ -122,7 +126,7 @@ async def arun_shard(
         raise ValueError(f"shard id must be between 0 and {lp.num_shards - 1}, got {shard_id}")
     # One run per shard at a time: two would both pay for every row and interleave their
     # lines in the part file. The lock dies with its process, so a killed run never blocks.
-    with shard_lock(shard_lock_path(config, shard_id), shard_id):
+    with shard_lock(shard_lock_path(config, shard_id), shard_id), cancelled_on_stop():
         context = RunContext(
             run_id=run_id or new_run_id(),
             shard_id=shard_id,
@@ -213,14 +217,16 @@ async def _arun_shard_locked(
                         report.add(finished)
                     report.published.append(str(out.published))
             except BaseException as exc:  # KeyboardInterrupt and SIGTERM too: never leave "running"
-                for out in outputs:
-                    out.close()
                 report.runtime_seconds = time.monotonic() - started
                 interrupted = isinstance(
                     exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit
                 )
                 error = interruption() if interrupted else f"{type(exc).__name__}: {exc}"
-                status.finish(error, _stats(report))
+                try:
+                    for out in outputs:
+                        out.close()
+                finally:  # recorded even when closing fails
+                    status.finish(error, _stats(report))
                 raise
             finally:
                 beating.cancel()

@@ -1,15 +1,26 @@
 """Why a shard was stopped by a signal, recorded in its status: a SLURM task that reached its
-time limit is told so ``--signal`` seconds before the end, and says "time limit"."""
+time limit is told so ``--signal`` seconds before the end, and says "time limit".
+
+While a shard's coroutine runs, a stop signal cancels it at its next ``await`` instead of
+raising where the interpreter happens to be: a journal rewrite, a checkpoint or a library's
+callback (aiohttp turns any exception in its parser into a payload error, which would be
+retried) is never cut in half, and the shard records why it stopped."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import time
+from collections.abc import Iterator
+from typing import Any
 
 # Set by the SLURM job script: when SLURM will end the task (epoch seconds).
 DEADLINE_ENV = "MMIRAGE_SLURM_DEADLINE"
-_SLACK_S = 30.0  # the signal comes `signal_grace_seconds` before the deadline, give or take
+# SLURM sends the --signal "up to 60 seconds earlier than specified" (sbatch(1)), never later
+# than the deadline itself.
+_SLACK_S = 60.0
 _TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>\d+(?::\d{1,2}){0,2})$")
 
 
@@ -30,13 +41,49 @@ def slurm_seconds(text: str) -> int:
     return (hours * 60 + minutes) * 60 + seconds
 
 
-# Signals are process-wide: the handler notes why here, because the exception it raises may
-# reach the shard's coroutine only as a CancelledError (asyncio cancels it on the way out).
+# Signals are process-wide: the handler notes why here, and the shard, which sees only a
+# CancelledError or a SystemExit, records it.
 _noted: list[str] = []
 
 
 def note(reason: str) -> None:
     _noted.append(reason)
+
+
+# The shard coroutine a stop signal cancels, with its loop; and the exit status it asked for.
+_shard: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+_exit_status: list[int] = []
+
+
+@contextlib.contextmanager
+def cancelled_on_stop() -> Iterator[None]:
+    """Inside a shard's coroutine: a stop signal meanwhile cancels it (``stop_shard``)."""
+    task = asyncio.current_task()
+    assert task is not None, "called outside a coroutine"
+    _exit_status.clear()
+    _shard.append((asyncio.get_running_loop(), task))
+    try:
+        yield
+    finally:
+        _shard.pop()
+
+
+def stop_shard(reason: str, exit_status: int) -> bool:
+    """From a signal handler: when a shard's coroutine runs, note ``reason`` and cancel it at
+    its next await (the loop runs the cancel, not the handler); whether one was running."""
+    if not _shard:
+        return False
+    note(reason)
+    _exit_status.append(exit_status)
+    loop, task = _shard[-1]
+    loop.call_soon_threadsafe(task.cancel)
+    return True
+
+
+def exit_if_stopped() -> None:
+    """After a shard's loop ended cancelled: exit as the signal asked, if one did."""
+    if _exit_status:
+        raise SystemExit(_exit_status[0])
 
 
 def interruption() -> str:
