@@ -99,7 +99,7 @@ def test_check_without_receipts_names_the_globs(
     key: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = make_config(tmp_path, None, processor=processor_block_offline())
-    assert batch_check(config) == 1
+    assert batch_check(config) == 2  # nothing was submitted: the user's move
     err = capsys.readouterr().err
     assert err.startswith("error: no batch receipts found (tried ")
     assert "batch_metadata.text.*.jsonl" in err and err.count("\n") == 1

@@ -330,7 +330,7 @@ def test_check_wait_polls_until_every_batch_has_ended(example: ExampleRun) -> No
 
 def test_check_metadata_path_reads_the_receipt_given_by_hand(example: ExampleRun) -> None:
     # With the receipt moved out of the config's reach, the default finds nothing ...
-    assert example.check_moved.code == 1, str(example.check_moved)
+    assert example.check_moved.code == 2, str(example.check_moved)
     assert example.check_moved.error_lines[0].startswith("error: no batch receipts found")
     # ... and --metadata-path /path/to/batch_metadata.text.abc123.jsonl reads it.
     (receipt,) = read_jsonl(example.moved)
@@ -339,7 +339,7 @@ def test_check_metadata_path_reads_the_receipt_given_by_hand(example: ExampleRun
 
 
 def test_merge_metadata_path_reads_the_receipt_given_by_hand(example: ExampleRun) -> None:
-    assert example.merge_moved.code == 1, str(example.merge_moved)
+    assert example.merge_moved.code == 2, str(example.merge_moved)
     assert "no batch receipts found" in example.merge_moved.err
     ok(example.merge_explicit)
     check_complete(read_jsonl(example.merged_explicit), QUESTIONS)
@@ -468,7 +468,7 @@ def test_dry_run_receipts_are_named_dry_run_and_check_skips_them(dry_run: DryRun
     dry = sorted(out.glob("batch_meta.dry-run.text.*.jsonl"))
     assert {p.name.split(".")[3] for p in dry} == export_ids  # one per run, with its run id
     assert not receipt_files(out / "batch_meta.jsonl")  # no real receipt
-    assert dry_run.check.code == 1, str(dry_run.check)
+    assert dry_run.check.code == 2, str(dry_run.check)
     assert dry_run.check.error_lines[0].startswith("error: no batch receipts found")
     named = ok(dry_run.check_named, 1)  # skipped even when named: no receipt to check
     assert named.error_lines == [

@@ -201,6 +201,17 @@ def test_merge_dir_jsonl_shards_and_original_hf_shards(
     assert mmirage("merge-dir", str(tmp_path / "out")).returncode == 1
 
 
+def test_merge_dir_of_a_path_without_shards_is_the_users_error_exit_2(tmp_path: Path) -> None:
+    """Nothing was attempted: the user must name another path (exit 2, one sentence)."""
+    nowhere = mmirage("merge-dir", str(tmp_path / "nowhere"))
+    assert nowhere.returncode == 2
+    assert nowhere.stderr == f"error: {tmp_path / 'nowhere'} is not a directory\n"
+    (tmp_path / "empty").mkdir()
+    empty = mmirage("merge-dir", str(tmp_path / "empty"))
+    assert empty.returncode == 2 and empty.stderr.startswith("error: no shards in ")
+    assert empty.stderr.count("\n") == 1
+
+
 def test_mixed_types_become_json_text(tmp_path: Path) -> None:
     import datasets
 

@@ -30,7 +30,7 @@ from mmirage.core.writer.formats import (
     target_path,
     write_dataset,
 )
-from mmirage.errors import WorkFailed
+from mmirage.errors import UserError, WorkFailed
 from mmirage.rundir import ERRORS, USAGE, status_path
 
 if TYPE_CHECKING:
@@ -42,6 +42,10 @@ _HF_DIR = re.compile(r"^shard-(\d+)-of-(\d+)$|^shard_(\d+)$")
 
 class MergeError(WorkFailed):
     """The shards cannot be merged as asked; ``str(err)`` is one sentence saying what to do."""
+
+
+class NoShardsError(MergeError, UserError):
+    """The path given holds no shards: the user must name another (exit 2)."""
 
 
 class IncompleteShardsError(MergeError):
@@ -224,7 +228,7 @@ def merge_dir(
     """Merge the shards found in ``directory`` to ``output`` (default ``<directory>/merged``);
     if it holds none but its subdirectories do, each becomes ``<output>/<subdir>``."""
     if not directory.is_dir():
-        raise MergeError(f"{directory} is not a directory")
+        raise NoShardsError(f"{directory} is not a directory")
     shards, missing, n = dir_shards(directory)
     jobs: list[tuple[Path, list[ShardFile], list[int], int, Path]] = []
     if shards:
@@ -236,7 +240,7 @@ def merge_dir(
             if s:
                 jobs.append((sub, s, m, k, root / sub.name))
     if not jobs:
-        raise MergeError(
+        raise NoShardsError(
             f"no shards in {directory} (looked for shard-K-of-N.jsonl or .parquet files and "
             "shard directories, there and one level down)"
         )

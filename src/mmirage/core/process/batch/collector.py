@@ -85,12 +85,12 @@ def receipt_files(
     try:
         paths = resolve_receipt_paths(globs, metadata_paths)
     except FileNotFoundError as exc:
-        raise CollectorError(f"{exc}; check the --metadata-path value") from None
+        raise CollectorSetupError(f"{exc}; check the --metadata-path value") from None
     if not metadata_paths:
         paths = with_spooled_receipts(paths, pipeline_state_dir(config))
     if not paths:
         tried = ", ".join(globs) or "(the config declares no batch_api processor)"
-        raise CollectorError(
+        raise CollectorSetupError(
             f"no batch receipts found (tried {tried}); submit the batches first with "
             f"'mmirage run {config_path or config.config_path or 'CONFIG'}', or name receipt "
             "files with --metadata-path"
