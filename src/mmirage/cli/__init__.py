@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import NoReturn
 
 import click
+
+from mmirage.cli.process_exit import exit_without_teardown
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -66,3 +69,13 @@ def main(log_level: str) -> None:
         level=getattr(logging, log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+def entry() -> NoReturn:
+    """The ``mmirage`` program: ``main``, then an exit without the interpreter's teardown
+    (``process_exit``)."""
+    try:
+        main()
+    except SystemExit as exc:
+        exit_without_teardown(exc.code)
+    exit_without_teardown(0)

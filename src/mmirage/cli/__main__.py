@@ -1,5 +1,5 @@
 """`python -m mmirage.cli` is the `mmirage` command."""
 
-from mmirage.cli import main
+from mmirage.cli import entry
 
-main()
+entry()
