@@ -58,10 +58,10 @@ def can_transport() -> None:
 def child(side: str, args: list[str]) -> None:
     can_transport()
     if side == "mmirage":
-        from mmirage.cli import main
+        from mmirage.cli import entry  # the mmirage program, its exit included
 
         sys.argv = ["mmirage", "run", args[0], "--recompute"]
-        main()
+        entry()
     else:
         from pipeline_overhead import batch_child
 

@@ -18,7 +18,7 @@ import pytest
 
 from mmirage.config import load_mmirage_config_dict
 from mmirage.core.process.base import OutputResult, Processor
-from mmirage.core.shard import runner
+from mmirage.core.shard import landing, runner
 from mmirage.core.shard.output import ShardOutput
 from mmirage.core.writer import helper as helper_module
 from mmirage.core.writer.formats import Format, FormatError, iter_rows
@@ -267,18 +267,17 @@ class Echo(Processor):
         return [OutputResult(value=r.prompt) for r in requests]
 
 
-def test_a_run_hands_its_arrow_publish_to_its_helper(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def hf_config(tmp_path: Path, rows: int = 20, batch_size: int = 1000) -> Any:
     data = tmp_path / "rows.jsonl"
-    data.write_text("".join(f'{{"text": "row {i}"}}\n' for i in range(20)))
-    config = load_mmirage_config_dict(
+    data.write_text("".join(f'{{"text": "row {i}"}}\n' for i in range(rows)))
+    return load_mmirage_config_dict(
         {
             "processors": [{"type": "llm", "model": "m"}],
             "loading_params": {
                 "state_dir": str(tmp_path / "state"),
                 "datasets": [{"path": str(data), "type": "JSONL", "output_dir": str(tmp_path)}],
                 "output_format": "hf",
+                "batch_size": batch_size,
             },
             "processing_params": {
                 "inputs": [{"name": "text", "key": "text"}],
@@ -288,6 +287,12 @@ def test_a_run_hands_its_arrow_publish_to_its_helper(
         },
         env={},
     )
+
+
+def test_a_run_hands_its_arrow_publish_to_its_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = hf_config(tmp_path)
     asked: list[tuple[bool, str, int | None]] = []
     real_ask = ArrowHelper._ask
 
@@ -301,6 +306,37 @@ def test_a_run_hands_its_arrow_publish_to_its_helper(
     # Told of each checkpoint, the helper was asked for the rows after the last one only.
     [(running, fmt, upto)] = asked
     assert running and fmt == "hf" and upto is not None and upto > 0
+    assert [r["answer"] for batch in iter_rows(Path(report.published[0])) for r in batch] == [
+        f"row {i}" for i in range(20)
+    ]
+
+
+def test_the_helper_converts_each_group_as_it_lands_not_at_its_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five groups and no checkpoint due after the first: the helper still hears of every
+    group's rows as they land, so that the publish waits for none of them."""
+    monkeypatch.setattr(landing, "CHECKPOINT_SECONDS", 3600.0)
+    config = hf_config(tmp_path, rows=20, batch_size=4)
+    told: list[tuple[str, int | None]] = []
+    real_grow, real_ask = ArrowHelper.grow, ArrowHelper._ask
+
+    def grow(self: ArrowHelper, part: Path, dest: Path, fmt: Format, upto: int) -> bool:
+        told.append(("grow", upto))
+        return real_grow(self, part, dest, fmt, upto)
+
+    def ask(self: ArrowHelper, part: Path, dest: Path, fmt: Format, upto: int | None) -> bool:
+        told.append(("write", upto))
+        return real_ask(self, part, dest, fmt, upto)
+
+    monkeypatch.setattr(ArrowHelper, "grow", grow)
+    monkeypatch.setattr(ArrowHelper, "_ask", ask)
+    report = runner.run_shard(config, 0, processors={"llm": Echo()})
+
+    *grown, (last, end) = told
+    assert last == "write" and end is not None
+    lengths = [upto for _, upto in grown]
+    assert len(set(lengths)) == 5 and lengths == sorted(lengths) and lengths[-1] == end
     assert [r["answer"] for batch in iter_rows(Path(report.published[0])) for r in batch] == [
         f"row {i}" for i in range(20)
     ]

@@ -69,6 +69,8 @@ class Landing:
             # fsync in a thread: the loop keeps reading (and journaling) answers meanwhile.
             await asyncio.to_thread(self.out.checkpoint, self.ckpt)
             self._settled()
+        else:
+            self.out.feed_conversion()
 
     def publish(self) -> None:
         """Checkpoint every row (the status counts them even if publishing fails), then

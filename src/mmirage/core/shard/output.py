@@ -41,7 +41,7 @@ from mmirage.core.writer.formats import (
     iter_rows,
     jsonl_lines,
 )
-from mmirage.core.writer.helper import ArrowHelper
+from mmirage.core.writer.helper import ARROW_FORMATS, ArrowHelper
 from mmirage.rundir import (
     COUNTERS,
     atomic_write_json,
@@ -244,6 +244,18 @@ class ShardOutput:
         lines = jsonl_lines(records)
         with writing(self.part, OUTPUT_DIR):
             self._file.write(lines)
+
+    def feed_conversion(self) -> None:
+        """Let the Arrow helper convert the rows appended so far, before their checkpoint:
+        publishing then waits for the last group's rows only, not for a second of them. The
+        conversion is only ever published after the last checkpoint, so rows that are written
+        but not yet durable are safe to read."""
+        if self.format not in ARROW_FORMATS or self._file is None:
+            return
+        with writing(self.part, OUTPUT_DIR):
+            self._file.flush()  # whole lines, for the helper to read (no fsync: not durable)
+        dest = self.path_for(self.format)
+        self._grown = self.arrow.grow(self.part, dest, self.format, self._file.tell())
 
     def checkpoint(self, ckpt: ShardCheckpoint) -> None:
         """Make the appended rows durable, then record them (in that order)."""

@@ -3,9 +3,10 @@
 Publishing an HF or Parquet shard costs its process ``import pyarrow`` (numpy with it, about
 0.15 s of CPU) and the conversion of the part file (about 5 µs a row). ``ArrowHelper.start()``
 launches ``python -m mmirage.core.writer.helper_process`` when a shard's work begins: it
-imports pyarrow while the first requests go out. Each checkpoint of a part file tells it how
-far the file is durable (``grow``), and it converts those rows meanwhile, on its own core; at
-publish, ``write`` tells it where the file ends and waits for the last rows only. The
+imports pyarrow while the first requests go out. Each group of rows appended to a part file
+tells it how far the file is written (``grow``: whole lines, flushed), and it converts those rows
+meanwhile, on its own core; at publish, after the last checkpoint, ``write`` tells it where the
+file ends and waits for the last rows only. The
 conversion is ``formats.write_dataset``, the code the run would call itself, batch for batch.
 
 The helper only ever saves time. Any other answer than success (it could not start, it died,
@@ -84,7 +85,8 @@ class ArrowHelper:
         return None if self._proc is None else self._proc.pid
 
     def grow(self, part: Path, dest: Path, fmt: Format, upto: int) -> bool:
-        """``part``'s first ``upto`` bytes are durable: the helper converts them meanwhile.
+        """``part``'s first ``upto`` bytes are written (whole lines): the helper converts them
+        meanwhile.
         Whether it was told (``False``: no helper, or not an Arrow format)."""
         return fmt in ARROW_FORMATS and self.send(
             {"op": "grow", **_names(part, dest, fmt), "upto": upto}

@@ -3,9 +3,10 @@ side, and why there is a helper, is ``helper``.
 
 Jobs come one JSON object per line, each naming a part file, its published path and format:
 
-* ``{"op": "grow", …, "upto": N}``: the run checkpointed the part file, whose first ``N`` bytes
-  are durable. Its conversion begins (``GrowingPart``), or reads on to ``N``. Not answered:
-  the run does not wait.
+* ``{"op": "grow", …, "upto": N}``: the run appended to the part file, whose first ``N`` bytes
+  are written (whole lines; durable or not: a conversion is published only after the run's
+  last checkpoint). Its conversion begins (``GrowingPart``), or reads on to ``N``. Not
+  answered: the run does not wait.
 * ``{"op": "write", …, "upto": N}``: the run publishes. The conversion under way reads to
   ``N`` and ends; with none (or ``upto`` null, or one for another path or format) the part
   file is converted whole. Answered ``{"ok": true}`` or ``{"ok": false, "error": "…"}``.
@@ -48,7 +49,7 @@ class GrowingPart:
     def __init__(self, part: Path, dest: Path, fmt: Format) -> None:
         self.part, self.dest, self.format = part, dest, fmt
         self._changed = threading.Condition()
-        self._upto = 0  # durable bytes of the part file
+        self._upto = 0  # bytes of the part file written so far
         self._final = False  # the run publishes: no more bytes come
         self._abandoned = False
         self._streamed = False
@@ -97,14 +98,14 @@ class GrowingPart:
             yield batch
 
     def _lines(self) -> Iterator[bytes]:
-        """The part file's lines as they become durable (one at a time: a helper that falls
+        """The part file's lines as they are written (one at a time: a helper that falls
         behind must not hold what it has yet to convert)."""
         read = 0
         with open(self.part, "rb") as f:
             while True:
-                upto, final = self._durable_past(read)
+                upto, final = self._written_past(read)
                 while read < upto:
-                    line = f.readline(upto - read)  # never past what is durable
+                    line = f.readline(upto - read)  # never past what was said written
                     if not line:
                         raise FormatError(f"{self.part} shrank while it was converted")
                     read += len(line)
@@ -112,8 +113,8 @@ class GrowingPart:
                 if final:
                     return
 
-    def _durable_past(self, read: int) -> tuple[int, bool]:
-        """Once the part file is durable past ``read`` bytes, or final: (its length, final)."""
+    def _written_past(self, read: int) -> tuple[int, bool]:
+        """Once the part file is written past ``read`` bytes, or final: (its length, final)."""
         return self._wait(lambda: self._final or self._upto > read)
 
     def _wait(self, ready: Callable[[], bool]) -> tuple[int, bool]:
