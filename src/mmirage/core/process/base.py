@@ -112,6 +112,35 @@ class OutputResult:
         return self.error is None
 
 
+class Take:
+    """What ``deliver`` hands each result to: ``take(index, result)``; and, for a successful
+    plain answer, ``take.answer(index, value, input_tokens, output_tokens)``, the same without
+    an ``OutputResult`` to build for it (answers come by millions)."""
+
+    __slots__ = ("_result", "answer")
+
+    def __init__(
+        self,
+        result: Callable[[int, OutputResult], None],
+        answer: Callable[[int, Any, int, int], None],
+    ) -> None:
+        self._result, self.answer = result, answer
+
+    def __call__(self, index: int, result: OutputResult) -> None:
+        self._result(index, result)
+
+
+def answer_of(take: Callable[[int, OutputResult], None]) -> Callable[[int, Any, int, int], None]:
+    """``take``'s plain-answer entry: its own (a ``Take``), else one that builds the result."""
+    if isinstance(take, Take):
+        return take.answer
+
+    def answer(index: int, value: Any, input_tokens: int, output_tokens: int) -> None:
+        take(index, OutputResult(value, None, False, False, input_tokens, output_tokens))
+
+    return answer
+
+
 class Processor(ABC):
     """What the shard runner needs of a processor. Subclass it, implement ``process``, and
     override the hooks below where the defaults do not fit; the runner calls every hook.
@@ -163,7 +192,9 @@ class Processor(ABC):
     ) -> None:
         """Call ``take(index, result)`` for each result as it arrives (the runner journals it
         there) and return once every request has one; by default ``stream``'s pairs. An
-        exception from ``take`` ends the call: what was not sent yet is not paid for."""
+        exception from ``take`` ends the call: what was not sent yet is not paid for. A plain
+        successful answer may go to ``answer_of(take)(index, value, input_tokens,
+        output_tokens)`` instead, which builds no ``OutputResult``."""
         got = 0
         results = self.stream(output, requests)
         try:

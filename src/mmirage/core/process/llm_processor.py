@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
-from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RequestBatch
+from mmirage.core.process.base import (
+    OutputRequest,
+    OutputResult,
+    Processor,
+    RequestBatch,
+    answer_of,
+)
 from mmirage.core.process.server_launcher import LaunchedServer, launch_server, pick_engine
 from mmirage.core.process.server_launcher import wants_server as _wants_server
 from mmirage.core.process.shared_stream import SharedStream
@@ -236,17 +242,16 @@ class _ItemBuilder:
 
 
 def _results_to(take: Callable[[int, OutputResult], None]) -> Callable[[BatchResult], None]:
-    """llm_kit's results as ``take(index, OutputResult)``: a plain answer in one call (the
-    common case, by millions), any other through ``_to_output_result``."""
+    """llm_kit's results to ``take``: a plain answer in one call to its ``answer`` entry (the
+    common case, by millions), any other as the ``OutputResult`` of ``_to_output_result``."""
+    answer = answer_of(take)
 
     def on_result(result: BatchResult) -> None:
         response, usage = result.response, result.usage
         if result.ok and type(response) is str and usage is not None:
             # Plain outputs are stripped, as the reference pipeline's outputs are.
-            answer = OutputResult(
-                response.strip(), None, False, False, usage.input_tokens, usage.output_tokens
-            )
-            take(result.metadata["index"], answer)
+            index = result.metadata["index"]
+            answer(index, response.strip(), usage.input_tokens, usage.output_tokens)
         else:
             take(result.metadata["index"], _to_output_result(result))
 

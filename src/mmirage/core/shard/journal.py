@@ -88,11 +88,18 @@ class ResultJournal:
 
     def add(self, key: str, output: str, result: OutputResult) -> None:
         """Record a successful result (errors are not journaled: a resumed run retries them)."""
-        if result.error is not None or self._fd is None:
+        if result.error is None:
+            self.add_answer(key, output, result.value, result.input_tokens, result.output_tokens)
+
+    def add_answer(
+        self, key: str, output: str, value: Any, input_tokens: int, output_tokens: int
+    ) -> None:
+        """Record a successful result given by its parts."""
+        if self._fd is None:
             return
         if self._failure is not None:
             self._raise_failure()
-        entry = (key, output, result.value, result.input_tokens, result.output_tokens)
+        entry = (key, output, value, input_tokens, output_tokens)
         unwritten = self._unwritten
         first = not unwritten
         # Straight into the turn's buffer: orjson's output kept alive costs several times

@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from mmirage.core.loader import BadRow, DatasetShard, Row
-from mmirage.core.process.base import OutputResult, Processor, RequestBatch
+from mmirage.core.process.base import OutputResult, Processor, RequestBatch, Take
 from mmirage.core.render.prompts import prompt_renderer
 from mmirage.core.render.renderer import OutputRenderer, is_placeholder
 from mmirage.core.render.variables import RowError, VariableExtractor, image_urls
@@ -237,33 +237,41 @@ class RowWorker:
 
     def _taker(
         self, g: _Group, going: Sequence[int], name: str, journal: ResultJournal | None
-    ) -> Callable[[int, OutputResult], None]:
-        """``take(index, result)`` for the processor: the result of request ``index``
-        journaled the moment it arrives (a failed write ends the call: it sends no more),
-        then kept for its row."""
-        add = journal.add if journal is not None else None
+    ) -> Take:
+        """``take(index, result)`` (and ``take.answer``) for the processor: the result of
+        request ``index`` journaled the moment it arrives (a failed write ends the call: it
+        sends no more), then kept for its row."""
+        add = journal.add_answer if journal is not None else None
         keys, variables, errors = g.keys, g.variables, g.errors
         input_tokens, output_tokens, count = g.input_tokens, g.output_tokens, self.count
         last = name == self.output_names[-1]
         inline = not self.track_paid  # else every success notes what it cost: ``_take``
         take_result = self._take
 
-        def take(index: int, result: OutputResult) -> None:
+        def answer(index: int, value: Any, tokens_in: int, tokens_out: int) -> None:
             p = going[index]
             if add is not None:
-                add(keys[p], name, result)
-            if result.error is None and inline:  # ``_take``'s common case, without its call
-                variables[p][name] = result.value
-                input_tokens[p] += result.input_tokens
-                output_tokens[p] += result.output_tokens
+                add(keys[p], name, value, tokens_in, tokens_out)
+            if inline:  # ``_take``'s common case, without its call
+                variables[p][name] = value
+                input_tokens[p] += tokens_in
+                output_tokens[p] += tokens_out
                 if last:
                     count.done += 1
                     if errors:  # (a row with an earlier output's error)
                         count.failed += p in errors
             else:
-                take_result(g, p, name, result)
+                take_result(
+                    g, p, name, OutputResult(value, None, False, False, tokens_in, tokens_out)
+                )
 
-        return take
+        def take(index: int, result: OutputResult) -> None:
+            if result.error is None:
+                answer(index, result.value, result.input_tokens, result.output_tokens)
+            else:  # errors are not journaled: a resumed run asks again
+                take_result(g, going[index], name, result)
+
+        return Take(take, answer)
 
     def _take(self, g: _Group, p: int, name: str, result: OutputResult) -> None:
         g.input_tokens[p] += result.input_tokens
