@@ -8,12 +8,10 @@ import asyncio
 import os
 import signal
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from llm_kit import loops
-from mmirage.core.shard.stop import cancelled_on_stop, exit_if_stopped, interruption
+from mmirage.core.shard.stop import cancelled_on_stop, interruption, run_stoppable
 from mmirage.executors.signals import sigterm_as_exit
 
 
@@ -25,15 +23,6 @@ def sigterm_handler() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _run(main: Any) -> Any:
-    """What ``run_shard`` does around its loop."""
-    try:
-        return loops.run(main)
-    except asyncio.CancelledError:
-        exit_if_stopped()
-        raise
 
 
 def test_a_sigterm_lets_the_step_finish_then_cancels_at_the_next_await(
@@ -54,7 +43,7 @@ def test_a_sigterm_lets_the_step_finish_then_cancels_at_the_next_await(
                 raise
 
     with pytest.raises(SystemExit) as stopped:
-        _run(shard())
+        run_stoppable(shard())
     assert stopped.value.code == 128 + signal.SIGTERM
     assert steps == [*range(10_000), "cancelled"]
     assert interruption() == "interrupted"  # no SLURM deadline here
@@ -75,7 +64,7 @@ def test_a_second_sigterm_does_not_cut_the_cleanup(sigterm_handler: None) -> Non
                 raise
 
     with pytest.raises(SystemExit):
-        _run(shard())
+        run_stoppable(shard())
     assert cleaned == ["recorded"]
 
 
@@ -84,4 +73,17 @@ def test_outside_a_shard_a_sigterm_exits_at_once(sigterm_handler: None) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         for _ in range(10_000_000):  # the handler runs long before this ends
             pass
+    assert stopped.value.code == 128 + signal.SIGTERM
+
+
+def test_a_sigterm_as_the_shard_ends_still_exits(sigterm_handler: None) -> None:
+    """The shard finished (and recorded so) after the signal: no next shard starts."""
+
+    async def shard() -> str:
+        with cancelled_on_stop():
+            os.kill(os.getpid(), signal.SIGTERM)
+            return "published"  # no await left to cancel
+
+    with pytest.raises(SystemExit) as stopped:
+        run_stoppable(shard())
     assert stopped.value.code == 128 + signal.SIGTERM

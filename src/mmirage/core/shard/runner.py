@@ -35,7 +35,6 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from llm_kit import loops
 from mmirage.core.loader import open_datasets, plan_shard
 from mmirage.core.loader.base import DataError
 from mmirage.core.process.base import Processor, RunContext
@@ -56,7 +55,7 @@ from mmirage.core.shard.state import (
     is_stale,
     shard_lock,
 )
-from mmirage.core.shard.stop import cancelled_on_stop, exit_if_stopped, interruption
+from mmirage.core.shard.stop import cancelled_on_stop, interruption, run_stoppable
 from mmirage.core.writer.helper import ArrowHelper
 from mmirage.rundir import (
     fingerprint,
@@ -92,22 +91,18 @@ def run_shard(
     processors write their requests there instead of submitting them. ``retry_rows``: in a
     published shard, compute again the rows that failed for a retryable reason (``row_retry``).
     """
-    try:
-        return loops.run(
-            arun_shard(
-                config,
-                shard_id,
-                processors=processors,
-                force=force,
-                reset_attempts=reset_attempts,
-                retry_rows=retry_rows,
-                run_id=run_id,
-                export_prompts=export_prompts,
-            )
+    return run_stoppable(
+        arun_shard(
+            config,
+            shard_id,
+            processors=processors,
+            force=force,
+            reset_attempts=reset_attempts,
+            retry_rows=retry_rows,
+            run_id=run_id,
+            export_prompts=export_prompts,
         )
-    except asyncio.CancelledError:
-        exit_if_stopped()  # a SIGTERM cancelled the shard: exit 143 as it asked
-        raise
+    )
 
 
 async def arun_shard(

@@ -13,8 +13,10 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # Set by the SLURM job script: when SLURM will end the task (epoch seconds).
 DEADLINE_ENV = "MMIRAGE_SLURM_DEADLINE"
@@ -80,8 +82,23 @@ def stop_shard(reason: str, exit_status: int) -> bool:
     return True
 
 
-def exit_if_stopped() -> None:
-    """After a shard's loop ended cancelled: exit as the signal asked, if one did."""
+def run_stoppable(main: Coroutine[Any, Any, T]) -> T:
+    """``loops.run(main)``, ``main`` being a shard's coroutine (``cancelled_on_stop``): once a
+    stop signal cancelled it, or came as it ended, exit as the signal asked."""
+    # Here, not at the top: the SLURM script writer reads this module's deadline helpers and
+    # must not import llm_kit (aiohttp) for them.
+    from llm_kit import loops
+
+    try:
+        result = loops.run(main)
+    except asyncio.CancelledError:
+        _exit_if_stopped()
+        raise
+    _exit_if_stopped()  # no next shard starts
+    return result
+
+
+def _exit_if_stopped() -> None:
     if _exit_status:
         raise SystemExit(_exit_status[0])
 
