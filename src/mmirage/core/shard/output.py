@@ -254,8 +254,7 @@ class ShardOutput:
             return
         with writing(self.part, OUTPUT_DIR):
             self._file.flush()  # whole lines, for the helper to read (no fsync: not durable)
-        dest = self.path_for(self.format)
-        self._grown = self.arrow.grow(self.part, dest, self.format, self._file.tell())
+        self._grow(self._file.tell())
 
     def checkpoint(self, ckpt: ShardCheckpoint) -> None:
         """Make the appended rows durable, then record them (in that order)."""
@@ -266,9 +265,12 @@ class ShardOutput:
         ckpt.offset = self._file.tell()
         with writing(self.checkpoint_path, OUTPUT_DIR):
             atomic_write_json(self.checkpoint_path, asdict(ckpt))
-        # The durable rows can be converted now, beside the run.
+        self._grow(ckpt.offset)  # the durable rows can be converted now, beside the run
+
+    def _grow(self, upto: int) -> None:
+        """Tell the Arrow helper the part file's first ``upto`` bytes are written."""
         dest = self.path_for(self.format)
-        self._grown = self.arrow.grow(self.part, dest, self.format, ckpt.offset)
+        self._grown = self.arrow.grow(self.part, dest, self.format, upto)
 
     def publish(self, ckpt: ShardCheckpoint) -> None:
         """Publish the complete part file in ``output_format``, atomically.
