@@ -23,8 +23,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 from _common import report, run_async
 
 MMIRAGE = Path(sys.executable).with_name("mmirage")
@@ -79,6 +77,8 @@ def run_batch(base_url: str, n: int, tmp: Path, concurrency: int) -> tuple[float
 def write_config(
     tmp: Path, name: str, data: Path, base_url: str, concurrency: int, fmt: str
 ) -> Path:
+    import yaml  # here: the batch_to_jsonl child, this same file, must not pay for it
+
     config = {
         "processors": [
             {"type": "llm", "base_url": base_url, "model": "m", "worker_concurrency": concurrency}
