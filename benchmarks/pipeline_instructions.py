@@ -12,11 +12,11 @@ pipeline's own overhead is worked on (a row's HTTP costs both sides the same ~37
 A second pass runs both sides on N rows against the emulator (its own process, real HTTP): the
 ratio of their counts is what pipeline_overhead.py's wall ratio measures (the client is
 CPU-bound there: its wall time is its CPU time), without the host's noise (a round there moves
-by +-15 %, a count here by ~0.1 %). Only the client's own instructions count (the kernel's
-side of each socket call is left out, about the same for both); the HF helper process is left
-out too, so this is the JSONL shard's figure.
+by +-15 %, this count by ~0.5 %: how answers bunch into loop turns varies). Only the client's
+own instructions count (the kernel's side of each socket call is left out, about the same for
+both); the HF helper process is left out too, so this is the JSONL shard's figure.
 
-Needs valgrind (Debian: `apt-get install valgrind`); about five minutes.
+Needs valgrind (Debian: `apt-get install valgrind`); a minute or two.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def main() -> None:
 
     n = args.rows
     counts: dict[tuple[str, int], int] = {}
-    http: dict[str, int] = {}  # side -> instructions on n rows against the emulator
+    http: dict[str, int]  # side -> instructions on n rows against the emulator
 
     def count_both(transport: str, base_url: str, tmp: Path, rows: int) -> dict[str, int]:
         data = tmp / f"rows{rows}.jsonl"
@@ -148,7 +148,7 @@ def main() -> None:
         )
         for side in ("batch", "mmirage")
     ]
-    report(f"pipeline instructions: {n:,} rows, canned transport (no HTTP)", rows)
+    report(f"pipeline instructions: {n:,} rows, canned transport, then HTTP to the emulator", rows)
     print(
         f"mmirage adds {start('mmirage') - start('batch'):.3f} G at start-up and "
         f"{per_row('mmirage') - per_row('batch'):.1f} k a row; "
