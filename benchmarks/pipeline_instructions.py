@@ -16,6 +16,12 @@ by +-15 %, this count by ~0.5 %: how answers bunch into loop turns varies). Only
 own instructions count (the kernel's side of each socket call is left out, about the same for
 both); the HF helper process is left out too, so this is the JSONL shard's figure.
 
+One count runs high: mmirage hashes its published shard (SHA-256), and valgrind's CPU has no
+SHA instructions, so the hash takes 28 instructions a byte there (5.9k a row, measured by
+leaving it out) against ~1.5 cycles a byte on this host (0.09 us a row): the counted ratio is
+about 0.01 below the one a real CPU runs. The kernel's side of mmirage's extra file writes
+and page faults, which the count leaves out, goes the other way.
+
 Needs valgrind (Debian: `apt-get install valgrind`); a minute or two.
 """
 

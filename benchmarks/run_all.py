@@ -1,4 +1,4 @@
-"""Every benchmark, one after the other (about 25 minutes)."""
+"""Every benchmark, one after the other (about half an hour)."""
 
 from __future__ import annotations
 
