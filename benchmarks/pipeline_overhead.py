@@ -12,8 +12,10 @@ The verdict is the median, over the rounds, of each round's own ratio. This host
 drifts by +-15 % between runs of one program (its CPU time moves with its wall time, pinned
 to a core or not), and runs a few seconds apart drift together (over 40 rounds their log
 times correlate by 0.56-0.65): a round's own ratio moved by 0.07 (SD), a ratio of two runs
-from different rounds by 0.11. The median of 20 rounds is good to about +-0.015 (bootstrap
-of those 40); pipeline_instructions.py counts the same jsonl ratio without the noise.
+from different rounds by 0.11. Within one run, the median of 20 rounds is good to about
++-0.015 (bootstrap of those 40); between runs minutes apart the host itself drifts further
+(jsonl wall: 0.90 over 40 rounds, 0.93 over the next 20). pipeline_instructions.py counts
+the same jsonl ratio without the noise.
 """
 
 from __future__ import annotations
