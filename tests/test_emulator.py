@@ -550,6 +550,20 @@ async def test_stats_latency_and_reset() -> None:
         assert emu.stats()["requests"] == 0
 
 
+async def test_a_request_counts_when_it_arrives_not_when_its_answer_is_ready() -> None:
+    """A client that gives up on a slow answer (a stopped run) paid for the request then: a
+    reset after it must not find it counted later, in the next run's stats."""
+    async with emulator_in_loop(EmulatorConfig(latency_s=0.6)) as emu:
+        async with aiohttp.ClientSession(headers=OPENAI_HEADERS) as http:
+            url = f"{emu.openai_base_url}/chat/completions"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(http.post(url, json=chat_body()), 0.2)
+        assert emu.stats()["requests"] == 1 and emu.stats()["status"] == {}
+        emu.reset_stats()
+        await asyncio.sleep(0.8)  # the abandoned request's answer is made meanwhile
+        assert emu.stats()["requests"] == 0 and emu.stats()["status"] == {"200": 1}
+
+
 def test_subprocess_with_two_workers_serves_and_stops() -> None:
     with running_emulator(EmulatorConfig(workers=2), subprocess=True) as emu:
         client = openai.OpenAI(base_url=emu.openai_base_url, api_key=KEY, max_retries=0)

@@ -85,12 +85,14 @@ class Family(ABC):
     # -- the shared path -------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        stats = self.state.stats
+        stats.arrived()
         response = await self._answer(request)
         if response is None:  # the connection was dropped on purpose
-            self.state.stats.count(self.name, "reset")
+            stats.answered(self.name, "reset")
             # Never sent: aiohttp cannot write to the aborted transport and lets it go quietly.
             return web.Response(status=500)
-        self.state.stats.count(self.name, response.status)
+        stats.answered(self.name, response.status)
         return response
 
     async def _answer(self, request: web.Request) -> web.StreamResponse | None:

@@ -26,7 +26,10 @@ FAMILIES = ("openai", "anthropic", "gemini")
 class Stats:
     """Counters for tests and benchmarks. Per process: with several workers, each has its own.
 
-    ``status`` counts answers by HTTP status, plus ``"reset"`` for dropped connections;
+    ``requests`` counts requests as they arrive, before their answer: a request whose client
+    gave up meanwhile was still paid for, and a test that resets the stats between two runs must
+    not find the first run's last request counted in the second one's. ``status`` counts answers
+    by HTTP status, plus ``"reset"`` for dropped connections, and ``families`` by provider;
     ``times`` (only when ``record_times``) holds the wall-clock time of every request admitted
     past the rate limiter; ``batches`` the batch jobs created, by provider. Batch API calls
     (files, batches, results) count as requests like any other.
@@ -47,7 +50,14 @@ class Stats:
         self.started = time.time()
 
     def count(self, family: str, status: int | str) -> None:
+        """A request answered at once."""
+        self.arrived()
+        self.answered(family, status)
+
+    def arrived(self) -> None:
         self.requests += 1
+
+    def answered(self, family: str, status: int | str) -> None:
         key = str(status)
         self.status[key] = self.status.get(key, 0) + 1
         self.families[family] = self.families.get(family, 0) + 1

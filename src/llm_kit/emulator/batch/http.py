@@ -25,13 +25,15 @@ def guarded(family: Family, handler: Handler, *, keyed: bool = True) -> Handler:
     rendered, its answer counted."""
 
     async def wrapped(request: web.Request) -> web.StreamResponse:
+        stats = family.state.stats
+        stats.arrived()
         response: web.StreamResponse | None = family.authenticate(request) if keyed else None
         if response is None:
             try:
                 response = await handler(request)
             except RequestError as error:
                 response = family.request_error(error)
-        family.state.stats.count(family.name, response.status)
+        stats.answered(family.name, response.status)
         return response
 
     return wrapped
