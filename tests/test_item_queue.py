@@ -81,3 +81,38 @@ def test_put_all_wakes_one_consumer_per_item_and_pop_never_waits() -> None:
         return sorted(i.id for i in got if i is not None), await queue.wait()
 
     assert asyncio.run(main()) == (["a", "b"], False)
+
+
+def test_a_held_queue_hands_out_nothing_until_released_then_all_in_order() -> None:
+    async def main() -> list[str]:
+        queue = ItemQueue()
+        queue.put_all([item("a"), item("b")])
+        queue.hold()
+        assert queue.held and queue.pop() is None and len(queue) == 2
+        queue.put(item("c"))  # put while held: waits with the rest
+        waiting = asyncio.create_task(queue.get())
+        await asyncio.sleep(0.02)
+        assert not waiting.done()
+        assert queue.drop(lambda i: i.id == "b") == 1 and len(queue) == 2
+        queue.release()
+        first = await asyncio.wait_for(waiting, timeout=1)
+        assert first is not None and not queue.held
+        queue.close()
+        return [first.id, *[i.id async for i in queue]]
+
+    assert asyncio.run(main()) == ["a", "c"]
+
+
+def test_closing_a_held_queue_ends_its_consumers_without_its_items() -> None:
+    async def main() -> list[str]:
+        queue = ItemQueue()
+        queue.put(item("a"))
+        queue.hold()
+        waiting = asyncio.create_task(queue.get())
+        await asyncio.sleep(0.02)
+        queue.close()
+        assert await asyncio.wait_for(waiting, timeout=1) is None
+        queue.release()  # closed: still nothing handed out
+        return [i.id async for i in queue]
+
+    assert asyncio.run(main()) == []

@@ -242,6 +242,46 @@ def test_cancel_abandons_requests_in_flight() -> None:
     asyncio.run(main())
 
 
+def test_drain_sends_nothing_more_and_returns_once_the_requests_in_flight_are_back() -> None:
+    """A shard at its time limit: what is in flight was paid for and comes back to its group;
+    the rest is never sent."""
+
+    async def main() -> None:
+        server = CountingServer(delay=0.3)
+        runner, llm, stream = await with_server(server)
+        got: list[str] = []
+        try:
+            waiting = [
+                asyncio.create_task(stream.run(items(p, 6), lambda r: got.append(r.id)))
+                for p in ("a", "b")
+            ]
+            while server.active < CONCURRENCY:
+                await asyncio.sleep(0.01)
+            await asyncio.wait_for(stream.drain(), timeout=5)
+            assert len(got) == CONCURRENCY and server.active == 0  # all came back, to a group
+            await asyncio.sleep(0.5)
+            assert server.served == CONCURRENCY  # nothing more was sent
+            assert not any(task.done() for task in waiting)  # their other rows never ran
+            await stream.drain()  # nothing in flight: at once
+            for task in waiting:
+                task.cancel()
+            await asyncio.gather(*waiting, return_exceptions=True)
+        finally:
+            await stream.cancel()
+            await llm.aclose()
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+def test_drain_without_a_pool_returns_at_once() -> None:
+    async def main() -> None:
+        stream = SharedStream(LLM(model="m", base_url="http://127.0.0.1:9/v1", api_key="k"))
+        await asyncio.wait_for(stream.drain(), timeout=1)
+
+    asyncio.run(main())
+
+
 def test_an_llm_processor_holds_worker_concurrency_requests_over_two_groups(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

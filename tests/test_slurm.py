@@ -303,8 +303,9 @@ def test_sbatch_refusing_the_job_is_its_own_sentence_exit_2(
 def test_a_task_stopped_at_its_time_limit_resumes_from_its_checkpoint(
     slurm_cluster: None, tmp_path: Path
 ) -> None:
-    """A 2-minute limit with TERM 45 s before it and a slow emulator: the task checkpoints,
-    records "time limit" and exits; with the limit raised, its retry resumes from there.
+    """A 2-minute limit with TERM 45 s before it and a slow emulator: the task lets its request
+    in flight come back, checkpoints, records "time limit" and exits; with the limit raised,
+    its retry resumes from there, and no request was paid for twice.
 
     SLURM sends the signal at its next 30-s tick after ``limit - grace``, and may send it up to
     60 s early: here between 15 s (checkpoints exist) and ~110 s (600 rows at one request at a
@@ -326,6 +327,8 @@ def test_a_task_stopped_at_its_time_limit_resumes_from_its_checkpoint(
         assert first["status"] == "failed" and first["error"].startswith("time limit"), first
         kept = int(first["rows_done"])
         assert 0 < kept < rows
+        paid = emu.stats()["requests"]
+        assert emu.stats()["status"] == {"200": paid}  # the one in flight came back
         # The user raises the limit (not part of the fingerprint, nor is concurrency) and retries.
         make_pipeline(tmp_path, emu.openai_base_url, shards=1, rows=rows, concurrency=32)
         emu.reset_stats()
@@ -334,7 +337,7 @@ def test_a_task_stopped_at_its_time_limit_resumes_from_its_checkpoint(
         wait_until(
             lambda: status(tmp_path, 0).get("status") == "success", timeout=150, what="retry"
         )
-        assert emu.stats()["requests"] <= rows - kept
+        assert emu.stats()["requests"] == rows - paid
     assert [r["id"] for r in rows_of(tmp_path)] == list(range(rows))
 
 

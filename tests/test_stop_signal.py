@@ -1,17 +1,28 @@
 """A SIGTERM to a running shard cancels its coroutine at the next ``await``: the synchronous
 step it arrived in (a journal rewrite, a checkpoint, a library callback) runs to its end, the
-shard records why it stopped, and the process exits 143 as before."""
+shard records why it stopped, and the process exits 143 as before. At a SLURM time limit the
+shard is drained first: its requests in flight come back before the cancel."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
-from collections.abc import Iterator
+import time
+from collections.abc import Coroutine, Iterator
+from typing import Any
 
 import pytest
 
-from mmirage.core.shard.stop import cancelled_on_stop, interruption, run_stoppable
+from mmirage.core.shard.stop import (
+    DEADLINE_ENV,
+    cancelled_on_stop,
+    drain_seconds,
+    drained_first,
+    interruption,
+    run_stoppable,
+)
 from mmirage.executors.signals import sigterm_as_exit
 
 
@@ -87,3 +98,83 @@ def test_a_sigterm_as_the_shard_ends_still_exits(sigterm_handler: None) -> None:
     with pytest.raises(SystemExit) as stopped:
         run_stoppable(shard())
     assert stopped.value.code == 128 + signal.SIGTERM
+
+
+def near_deadline(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    monkeypatch.setenv(DEADLINE_ENV, str(time.time() + seconds))
+
+
+def test_how_long_a_stop_may_drain(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DEADLINE_ENV, raising=False)
+    assert drain_seconds(120) == 0  # not a SLURM task: a stop is at once
+    near_deadline(monkeypatch, 1000)
+    assert drain_seconds(120) == 0  # far from the time limit: interrupted, not drained
+    near_deadline(monkeypatch, 150)
+    assert 129 < drain_seconds(120) <= 130  # until 20 s before the deadline
+    near_deadline(monkeypatch, 30)
+    assert 14 < drain_seconds(120) <= 15  # half of what is left
+
+
+def drained_shard(
+    steps: list[str], drain_s: float, second_signal: bool = False
+) -> Coroutine[Any, Any, None]:
+    async def drain() -> None:
+        steps.append("draining")
+        if second_signal:
+            os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(drain_s)  # the requests in flight coming back
+        steps.append("drained")
+
+    async def shard() -> None:
+        with cancelled_on_stop(), drained_first(drain):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                steps.append("cancelled")
+                raise
+
+    return shard()
+
+
+def test_at_the_time_limit_the_shard_is_drained_then_cancelled(
+    sigterm_handler: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    near_deadline(monkeypatch, 60)
+    steps: list[str] = []
+    with pytest.raises(SystemExit) as stopped:
+        run_stoppable(drained_shard(steps, 0.2))
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert steps == ["draining", "drained", "cancelled"]
+    assert interruption().startswith("time limit")
+
+
+def test_a_drain_that_outlasts_its_time_is_abandoned(
+    sigterm_handler: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    near_deadline(monkeypatch, 1.0)  # 0.5 s to drain
+    steps: list[str] = []
+    with caplog.at_level(logging.WARNING), pytest.raises(SystemExit):
+        run_stoppable(drained_shard(steps, 30))
+    assert steps == ["draining", "cancelled"]
+    assert "requests still in flight after" in caplog.text
+
+
+def test_a_second_signal_cuts_the_drain_short(
+    sigterm_handler: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    near_deadline(monkeypatch, 60)
+    steps: list[str] = []
+    with pytest.raises(SystemExit):
+        run_stoppable(drained_shard(steps, 30, second_signal=True))
+    assert steps == ["draining", "cancelled"]  # not the 30 s
+
+
+def test_an_interruption_is_not_drained(
+    sigterm_handler: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(DEADLINE_ENV, raising=False)  # Ctrl-C, kill, scancel: out at once
+    steps: list[str] = []
+    with pytest.raises(SystemExit):
+        run_stoppable(drained_shard(steps, 0.2))
+    assert steps == ["cancelled"]

@@ -7,6 +7,10 @@ list; an async generator would go through a feeder task and a second, bounded bu
     queue.put(item)          # any time, from the event loop's thread
     queue.close()            # the pool ends once the queued items are done
     await pool
+
+``hold()`` keeps the queued items (and those put later) from the workers until ``release()``:
+the requests in flight come back and nothing more is sent (a process about to be stopped
+lets what it paid for finish).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ class ItemQueue:
         self._items: collections.deque[BatchItem] = collections.deque()
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
+        # While held, the items wait here: the workers' ``pop`` stays as cheap as it is.
+        self._held: collections.deque[BatchItem] | None = None
 
     @property
     def closed(self) -> bool:
@@ -37,25 +43,54 @@ class ItemQueue:
         """Queue ``item`` (waking one waiting consumer); a closed queue refuses it."""
         self.put_all((item,))
 
+    @property
+    def held(self) -> bool:
+        """Whether ``hold`` keeps the queued items from the consumers now."""
+        return self._held is not None
+
+    def __len__(self) -> int:
+        """Items queued and not handed out yet (held ones included)."""
+        return len(self._items) + (len(self._held) if self._held is not None else 0)
+
     def put_all(self, items: Iterable[BatchItem]) -> None:
         """Queue ``items`` in order (waking as many waiting consumers)."""
         if self._closed:
             raise RuntimeError("put() on a closed ItemQueue")
+        if self._held is not None:
+            self._held.extend(items)
+            return
         before = len(self._items)
         self._items.extend(items)
         self._wake(len(self._items) - before)
 
     def close(self) -> None:
-        """No more items: consumers get the queued ones, then the end."""
+        """No more items: consumers get the queued ones, then the end (held ones are never
+        handed out)."""
         self._closed = True
         self._wake(len(self._waiters))
+
+    def hold(self) -> None:
+        """Hand out nothing more until ``release``: consumers wait as on an empty queue, and
+        what is queued meanwhile waits with the rest."""
+        if self._held is None:
+            self._held, self._items = self._items, collections.deque()
+
+    def release(self) -> None:
+        """Hand the held items out again, in order (a closed queue hands out none)."""
+        held, self._held = self._held, None
+        if held and not self._closed:
+            self.put_all(held)
 
     def drop(self, unwanted: Callable[[BatchItem], bool]) -> int:
         """Remove the queued items for which ``unwanted(item)`` is true (they are never
         sent); returns how many."""
-        kept = [item for item in self._items if not unwanted(item)]
-        dropped = len(self._items) - len(kept)
-        self._items = collections.deque(kept)
+        dropped = 0
+        for queued in (self._items, self._held):
+            if queued:
+                kept = [item for item in queued if not unwanted(item)]
+                dropped += len(queued) - len(kept)
+                queued.clear()
+                queued.extend(kept)
         return dropped
 
     def pop(self) -> BatchItem | None:

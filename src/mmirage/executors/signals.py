@@ -15,18 +15,21 @@ def sigterm_as_exit(grace_s: float = 0.0) -> None:
     "failed" (or "time limit", near a SLURM task's deadline), not "running". Only the first
     one: a second SIGTERM (a child can get one from its dying parent and one from whoever
     stops it) would cut short the cleanup that records the shard's state. While a shard's
-    coroutine runs, the signal cancels it at its next await instead (``stop.stop_shard``)."""
-    from mmirage.core.shard.stop import note, stop_reason, stop_shard
+    coroutine runs, the signal cancels it at its next await instead (``stop.stop_shard``),
+    near the time limit after letting its requests in flight come back; a second signal then
+    cuts that wait short."""
+    from mmirage.core.shard.stop import drain_seconds, hurry_stop, note, stop_reason, stop_shard
 
     unwinding = False
 
     def handler(signum: int, frame: object) -> None:
         nonlocal unwinding
         if unwinding:
+            hurry_stop()
             return
         unwinding = True
         reason = stop_reason(signum, grace_s)
-        if stop_shard(reason, 128 + signum):
+        if stop_shard(reason, 128 + signum, drain_seconds(grace_s)):
             return
         note(reason)
         raise SystemExit(128 + signum)

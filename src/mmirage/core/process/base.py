@@ -216,6 +216,12 @@ class Processor(ABC):
         rows start (what an interrupted run already sent for them is for the processor to
         know; the batch spool does)."""
 
+    async def drain(self) -> None:  # noqa: B027 - by default the stop cancels at once
+        """Called when the shard must stop soon (its time limit is near): send no more
+        requests, and return once those in flight have their results (handed to ``deliver``'s
+        ``take`` as usual, so they are journaled); the runner then stops. A processor that
+        returns at once has its requests in flight abandoned."""
+
     async def finish(self) -> str | None:
         """Called when every row of a dataset has a result, before the shard is published;
         returns one line for the run's report, or None."""

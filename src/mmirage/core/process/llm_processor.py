@@ -180,6 +180,9 @@ class LLMProcessor(Processor):
         # A rejected API key (401) raises from here: that is not one row's failure.
         await self._requests.run(items, _results_to(take))
 
+    async def drain(self) -> None:
+        await self._requests.drain()
+
     async def finish(self) -> str | None:
         await self._requests.stop()  # every group is done: the pool's workers can go
         return None

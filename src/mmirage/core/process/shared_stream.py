@@ -6,6 +6,9 @@ hold twice ``worker_concurrency`` requests over one connection pool of that size
 would wait for a connection, and every group would start and stop a pool of its own. Here the
 groups' items go into one queue that one long-lived ``batch_to_callback`` drains, and each
 result is handed to the callback of the group that sent it.
+
+``drain()`` holds the queue: nothing more is sent, and it returns once every request in flight
+has come back (a shard stopped at its time limit keeps what it paid for).
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ class SharedStream:
         self._pool: tuple[ItemQueue, asyncio.Task[int]] | None = None
         self._groups: dict[int, _Group] = {}
         self._ids = itertools.count()
+        # Items of the running pool not answered yet (queued or in flight), and who waits for
+        # the ones in flight to come back (``drain``).
+        self._unanswered = 0
+        self._drained: asyncio.Future[None] | None = None
 
     async def run(self, items: Sequence[BatchItem], take: Callable[[BatchResult], None]) -> None:
         """Hand each item's result to ``take`` as it arrives (items carry ``metadata[GROUP]``
@@ -70,6 +77,7 @@ class SharedStream:
             for item in items:
                 item.metadata[GROUP] = group_id
             queue.put_all(items)
+            self._unanswered += len(items)
             await group.done
         finally:
             del self._groups[group_id]
@@ -78,7 +86,8 @@ class SharedStream:
                 # yet must not be paid for, so the pool stops (the next call starts another).
                 self._abandon()
             elif group.remaining:  # other callers still wait: only this one's items go
-                queue.drop(lambda item: item.metadata[GROUP] == group_id)
+                self._unanswered -= queue.drop(lambda item: item.metadata[GROUP] == group_id)
+                self._check_drained()
 
     async def stop(self) -> None:
         """End the pool once the queued items are done (then the next call starts a new one);
@@ -90,6 +99,19 @@ class SharedStream:
         queue.close()
         await pump
 
+    async def drain(self) -> None:
+        """Send nothing more (the queued items are held) and return once every request in
+        flight has its result, handed to its group as usual."""
+        pool = self._pool
+        if pool is None:
+            return
+        queue, pump = pool
+        queue.hold()
+        if self._in_flight() and not pump.done():
+            self._drained = asyncio.get_running_loop().create_future()
+            pump.add_done_callback(lambda _: self._check_drained(ended=True))
+            await self._drained
+
     async def cancel(self) -> None:
         """End the pool now, its requests in flight abandoned."""
         pump = self._abandon()
@@ -100,9 +122,18 @@ class SharedStream:
     def _pump(self) -> asyncio.Task[int] | None:
         return None if self._pool is None else self._pool[1]
 
+    def _in_flight(self) -> int:
+        return self._unanswered - len(self._pool[0]) if self._pool is not None else 0
+
+    def _check_drained(self, *, ended: bool = False) -> None:
+        drained = self._drained
+        if drained is not None and not drained.done() and (ended or not self._in_flight()):
+            drained.set_result(None)
+
     def _abandon(self) -> asyncio.Task[int] | None:
         pump = self._pump
         self._pool = None
+        self._check_drained(ended=True)
         if pump is not None and not pump.done():
             pump.cancel()
         return pump
@@ -118,12 +149,16 @@ class SharedStream:
         from llm_kit import ItemQueue
 
         queue = ItemQueue()
+        self._unanswered = 0
         pump = loop.create_task(self.llm.batch_to_callback(queue, self._route))
         pump.add_done_callback(self._end_all)
         self._pool = (queue, pump)
         return self._pool
 
     def _route(self, result: BatchResult) -> None:
+        self._unanswered -= 1
+        if self._drained is not None:
+            self._check_drained()
         group = self._groups.get(result.metadata[GROUP])
         if group is None or group.done.done():
             return

@@ -55,7 +55,12 @@ from mmirage.core.shard.state import (
     is_stale,
     shard_lock,
 )
-from mmirage.core.shard.stop import cancelled_on_stop, interruption, run_stoppable
+from mmirage.core.shard.stop import (
+    cancelled_on_stop,
+    drained_first,
+    interruption,
+    run_stoppable,
+)
 from mmirage.core.writer.helper import ArrowHelper
 from mmirage.rundir import (
     fingerprint,
@@ -260,16 +265,17 @@ def _check_can_run(
 async def _processors(
     config: MMirageConfig, given: Mapping[str, Processor] | None, context: RunContext
 ) -> AsyncIterator[Mapping[str, Processor]]:
-    if given is not None:
-        yield given
-        return
     built: dict[str, Processor] = {}
     try:
-        for output in config.processing_params.outputs:
-            pc = config.processor_for(output)
-            if processor_key(pc) not in built:
-                built[processor_key(pc)] = build_processor(pc, context)
-        yield built
+        if given is None:
+            for output in config.processing_params.outputs:
+                pc = config.processor_for(output)
+                if processor_key(pc) not in built:
+                    built[processor_key(pc)] = build_processor(pc, context)
+        procs = built if given is None else given
+        # At the time limit, what the processors have in flight comes back before the stop.
+        with drained_first(lambda: asyncio.gather(*(p.drain() for p in procs.values()))):
+            yield procs
     finally:
         for proc in built.values():
             await proc.aclose()

@@ -4,25 +4,35 @@ time limit is told so ``--signal`` seconds before the end, and says "time limit"
 While a shard's coroutine runs, a stop signal cancels it at its next ``await`` instead of
 raising where the interpreter happens to be: a journal rewrite, a checkpoint or a library's
 callback (aiohttp turns any exception in its parser into a payload error, which would be
-retried) is never cut in half, and the shard records why it stopped."""
+retried) is never cut in half, and the shard records why it stopped.
+
+At the time limit there is time left, and the requests in flight are paid for: the shard first
+drains its processors (nothing more is sent; what is in flight comes back and is journaled) until
+shortly before the deadline, then is cancelled. A second signal cuts the drain short."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 # Set by the SLURM job script: when SLURM will end the task (epoch seconds).
 DEADLINE_ENV = "MMIRAGE_SLURM_DEADLINE"
 # SLURM sends the --signal "up to 60 seconds earlier than specified" (sbatch(1)), never later
 # than the deadline itself.
 _SLACK_S = 60.0
+# Of the time left at the time limit, what the way out keeps (at most half of it): the last
+# checkpoint and the status, before SLURM's SIGKILL.
+_EXIT_RESERVE_S = 20.0
 _TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>\d+(?::\d{1,2}){0,2})$")
 
 
@@ -52,8 +62,39 @@ def note(reason: str) -> None:
     _noted.append(reason)
 
 
-# The shard coroutine a stop signal cancels, with its loop; and the exit status it asked for.
-_shard: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+class _Shard:
+    """A running shard's coroutine, what drains it before a stop, and that drain under way."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        self.loop, self.task = loop, task
+        self.drain: Callable[[], Awaitable[object]] | None = None
+        self._draining: asyncio.Task[None] | None = None
+
+    def stop(self, drain_s: float) -> None:
+        """In the loop: cancel the shard, after draining it for up to ``drain_s`` seconds."""
+        if drain_s > 0 and self.drain is not None:
+            self._draining = self.loop.create_task(self._drain_then_cancel(self.drain, drain_s))
+        else:
+            self.task.cancel()
+
+    def hurry(self) -> None:
+        """In the loop: a drain under way ends now (and so cancels the shard)."""
+        if self._draining is not None:
+            self._draining.cancel()
+
+    async def _drain_then_cancel(self, drain: Callable[[], Awaitable[object]], s: float) -> None:
+        try:
+            await asyncio.wait_for(drain(), s)
+        except TimeoutError:
+            logger.warning("requests still in flight after %.0f s are abandoned", s)
+        except Exception:  # the stop goes on: what the drain kept is journaled already
+            logger.debug("the drain before the stop failed", exc_info=True)
+        finally:
+            self.task.cancel()
+
+
+# The shard coroutine a stop signal cancels; and the exit status it asked for.
+_shard: list[_Shard] = []
 _exit_status: list[int] = []
 
 
@@ -63,23 +104,47 @@ def cancelled_on_stop() -> Iterator[None]:
     task = asyncio.current_task()
     assert task is not None, "called outside a coroutine"
     _exit_status.clear()
-    _shard.append((asyncio.get_running_loop(), task))
+    _shard.append(_Shard(asyncio.get_running_loop(), task))
     try:
         yield
     finally:
         _shard.pop()
 
 
-def stop_shard(reason: str, exit_status: int) -> bool:
+@contextlib.contextmanager
+def drained_first(drain: Callable[[], Awaitable[object]]) -> Iterator[None]:
+    """Inside ``cancelled_on_stop``: a stop with time to drain (``drain_seconds``) awaits
+    ``drain()`` before it cancels the shard."""
+    if not _shard:
+        yield
+        return
+    shard = _shard[-1]
+    shard.drain = drain
+    try:
+        yield
+    finally:
+        shard.drain = None
+
+
+def stop_shard(reason: str, exit_status: int, drain_s: float = 0.0) -> bool:
     """From a signal handler: when a shard's coroutine runs, note ``reason`` and cancel it at
-    its next await (the loop runs the cancel, not the handler); whether one was running."""
+    its next await, after draining it for up to ``drain_s`` seconds (the loop does that, not
+    the handler); whether one was running."""
     if not _shard:
         return False
     note(reason)
     _exit_status.append(exit_status)
-    loop, task = _shard[-1]
-    loop.call_soon_threadsafe(task.cancel)
+    shard = _shard[-1]
+    shard.loop.call_soon_threadsafe(shard.stop, drain_s)
     return True
+
+
+def hurry_stop() -> None:
+    """From a signal handler, at a second stop signal: a drain under way ends now. A stop
+    already past its drain is left alone: its cleanup records the shard's state."""
+    if _shard:
+        shard = _shard[-1]
+        shard.loop.call_soon_threadsafe(shard.hurry)
 
 
 def run_stoppable(main: Coroutine[Any, Any, T]) -> T:
@@ -108,14 +173,32 @@ def interruption() -> str:
     return _noted[-1] if _noted else "interrupted"
 
 
-def stop_reason(signum: int, grace_s: float) -> str:
-    """``time limit`` when SLURM's deadline is this close, else ``interrupted``."""
+def _time_left() -> float | None:
+    """Seconds until SLURM ends this task, when it is a SLURM task."""
     deadline = os.environ.get(DEADLINE_ENV)
     try:
-        left = float(deadline) - time.time() if deadline else None
+        return float(deadline) - time.time() if deadline else None
     except ValueError:
-        left = None
-    if left is not None and left <= grace_s + _SLACK_S:
+        return None
+
+
+def _at_time_limit(left: float | None, grace_s: float) -> bool:
+    return left is not None and left <= grace_s + _SLACK_S
+
+
+def drain_seconds(grace_s: float) -> float:
+    """How long a stop may let the requests in flight come back: at the time limit, until
+    ``_EXIT_RESERVE_S`` before the deadline (half the time left, when that is less); else 0,
+    the stop is at once."""
+    left = _time_left()
+    if left is None or not _at_time_limit(left, grace_s):
+        return 0.0
+    return max(0.0, left - min(_EXIT_RESERVE_S, left / 2))
+
+
+def stop_reason(signum: int, grace_s: float) -> str:
+    """``time limit`` when SLURM's deadline is this close, else ``interrupted``."""
+    if _at_time_limit(_time_left(), grace_s):
         return (
             "time limit: SLURM ends this task at execution_params.time_limit; it stopped at "
             "its checkpoint and 'mmirage retry' resumes it"
