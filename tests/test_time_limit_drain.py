@@ -7,7 +7,6 @@ with the SLURM deadline the job script would export, against the emulator on 127
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,11 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from llm_kit.emulator import EmulatorConfig, running_emulator
 from mmirage.core.shard.stop import DEADLINE_ENV
 from test_retry_cli import checkpointed, statuses, wait_for
+from test_slurm import make_pipeline, rows_of
 
 ROWS = 120
 CONCURRENCY = 8
@@ -28,28 +26,10 @@ KEY = "sk-drain-test"
 
 
 def pipeline(root: Path, base_url: str) -> Path:
-    data = root / "data.jsonl"
-    data.write_text("".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(ROWS)))
-    config = {
-        "processors": [
-            {"type": "llm", "base_url": base_url, "model": "m", "worker_concurrency": CONCURRENCY}
-        ],
-        "loading_params": {
-            "state_dir": str(root / "state"),
-            "datasets": [{"path": str(data), "type": "JSONL", "output_dir": str(root / "out")}],
-            "num_shards": 1,
-            "batch_size": 4,
-            "output_format": "jsonl",
-        },
-        "processing_params": {
-            "inputs": [{"name": "id", "key": "id"}, {"name": "text", "key": "text"}],
-            "outputs": [{"name": "answer", "type": "llm", "prompt": "Say {{ text }}"}],
-            "output_schema": {"id": "{{ id }}", "answer": "{{ answer }}"},
-        },
-    }
-    path = root / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+    local = {"mode": "local"}  # the task's own signal handling, with no cluster around it
+    return make_pipeline(
+        root, base_url, shards=1, rows=ROWS, concurrency=CONCURRENCY, execution=local
+    )
 
 
 def mmirage(config: Path, **env: str) -> subprocess.Popen[str]:
@@ -93,5 +73,4 @@ def test_a_time_limit_stop_pays_for_no_request_twice(tmp_path: Path) -> None:
         _, stderr = retry.communicate(timeout=120)
         assert retry.returncode == 0, stderr
         assert emu.stats()["requests"] == ROWS - paid  # the drained answers were kept
-    published = (tmp_path / "out" / "shard-0-of-1.jsonl").read_text().splitlines()
-    assert sorted(json.loads(line)["id"] for line in published) == list(range(ROWS))
+    assert [row["id"] for row in rows_of(tmp_path)] == list(range(ROWS))
