@@ -29,13 +29,21 @@ from llm_kit.emulator import EmulatorConfig, running_emulator
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def config(tmp: Path, base_url: str, mode: str, shards: int, rows: int, **extra: Any) -> Path:
+def config(
+    tmp: Path,
+    base_url: str,
+    mode: str,
+    shards: int,
+    rows: int,
+    concurrency: int = 16,
+    **extra: Any,
+) -> Path:
     data = tmp / "data.jsonl"
     if not data.exists():
         data.write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(rows)))
     body = {
         "processors": [
-            {"type": "llm", "base_url": base_url, "model": "m", "worker_concurrency": 16}
+            {"type": "llm", "base_url": base_url, "model": "m", "worker_concurrency": concurrency}
         ],
         "loading_params": {
             "state_dir": str(tmp / mode / "state"),

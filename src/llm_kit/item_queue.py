@@ -9,8 +9,8 @@ list; an async generator would go through a feeder task and a second, bounded bu
     await pool
 
 ``hold()`` keeps the queued items (and those put later) from the workers until ``release()``:
-the requests in flight come back and nothing more is sent (a process about to be stopped
-lets what it paid for finish).
+they take no new item, and the requests they have under way come back (a process about to be
+stopped lets what it paid for finish).
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ class ItemQueue:
         """Whether ``hold`` keeps the queued items from the consumers now."""
         return self._held is not None
 
-    def __len__(self) -> int:
-        """Items queued and not handed out yet (held ones included)."""
+    @property
+    def queued(self) -> int:
+        """Items queued and not handed out yet (held ones included). Not ``len()``: a sink
+        would take a queue that has one for a list, whose length is its total."""
         return len(self._items) + (len(self._held) if self._held is not None else 0)
 
     def put_all(self, items: Iterable[BatchItem]) -> None:

@@ -108,9 +108,8 @@ class ExecutionParams:
     environment); one line per entry."""
     signal_grace_seconds: PositiveInt = 120
     """Slurm mode: a task about to hit its time limit gets SIGTERM this many seconds before; it
-    sends no more requests, lets those in flight come back (until 20 s before the end: they
-    are paid for), checkpoints, records "time limit" and exits, and its retry resumes from the
-    checkpoint."""
+    starts no new request, lets those under way come back (they are paid for; 25 s at most),
+    checkpoints, records "time limit" and exits, and its retry resumes from the checkpoint."""
     local_parallel_shards: PositiveInt = 1
     """Local mode: how many shards `mmirage run` runs at once, each in its own process; 1 runs
     them one after another."""

@@ -113,10 +113,11 @@ def render_job_script(ep: ExecutionParams, spec: JobSpec) -> str:
         "# Written by mmirage: one array task per shard. Submitted with `sbatch --parsable FILE`.",
         *_directives(ep, spec),
         "set -eo pipefail",  # no -u: module and venv activate scripts read unset variables
+        # When SLURM ends the task (counted from its start, before setup takes its time): its
+        # SIGTERM near then is recorded as "time limit".
+        f"export {DEADLINE_ENV}=$(( $(date +%s) + {slurm_seconds(ep.time_limit)} ))",
         *ep.setup,
         f"export HF_HOME={shlex.quote(ep.hf_home)}",
-        # When SLURM ends the task: its SIGTERM near then is recorded as "time limit".
-        f"export {DEADLINE_ENV}=$(( $(date +%s) + {slurm_seconds(ep.time_limit)} ))",
         task_command(ep, spec),
     ]
     return "\n".join(lines) + "\n"

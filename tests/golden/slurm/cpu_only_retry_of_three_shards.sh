@@ -14,6 +14,6 @@
 #SBATCH --account=a-proj
 #SBATCH --requeue
 set -eo pipefail
-export HF_HOME=/h
 export MMIRAGE_SLURM_DEADLINE=$(( $(date +%s) + 43199 ))
+export HF_HOME=/h
 exec /opt/venv/bin/python -m mmirage --log-level DEBUG run /data/pipelines/caption.yaml --shard-id "$SLURM_ARRAY_TASK_ID"

@@ -15,6 +15,6 @@
 #SBATCH --gres=gpu:4
 #SBATCH --requeue
 set -eo pipefail
-export HF_HOME=/h
 export MMIRAGE_SLURM_DEADLINE=$(( $(date +%s) + 43199 ))
+export HF_HOME=/h
 exec /opt/venv/bin/python -m mmirage --log-level WARNING run /data/pipelines/caption.yaml --shard-id "$SLURM_ARRAY_TASK_ID"

@@ -22,8 +22,8 @@
 #SBATCH --exclusive
 #SBATCH --mail-type=END
 set -eo pipefail
+export MMIRAGE_SLURM_DEADLINE=$(( $(date +%s) + 86400 ))
 module load cuda/12.4
 source /opt/venv/bin/activate
 export HF_HOME=/scratch/hf
-export MMIRAGE_SLURM_DEADLINE=$(( $(date +%s) + 86400 ))
 exec srun --environment=/etc/edf/env.toml /opt/venv/bin/python -m mmirage --log-level WARNING run /data/pipelines/caption.yaml --shard-id "$SLURM_ARRAY_TASK_ID"

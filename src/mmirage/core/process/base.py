@@ -217,10 +217,10 @@ class Processor(ABC):
         know; the batch spool does)."""
 
     async def drain(self) -> None:  # noqa: B027 - by default the stop cancels at once
-        """Called when the shard must stop soon (its time limit is near): send no more
-        requests, and return once those in flight have their results (handed to ``deliver``'s
-        ``take`` as usual, so they are journaled); the runner then stops. A processor that
-        returns at once has its requests in flight abandoned."""
+        """Called when the shard must stop soon (its time limit is near): start no new
+        request, and return once those under way have their results (handed to ``deliver``'s
+        ``take`` as usual, so they are journaled). The runner stops once every processor's
+        drain returned (or its time is up); by default there is nothing to wait for."""
 
     async def finish(self) -> str | None:
         """Called when every row of a dataset has a result, before the shard is published;

@@ -7,8 +7,8 @@ would wait for a connection, and every group would start and stop a pool of its 
 groups' items go into one queue that one long-lived ``batch_to_callback`` drains, and each
 result is handed to the callback of the group that sent it.
 
-``drain()`` holds the queue: nothing more is sent, and it returns once every request in flight
-has come back (a shard stopped at its time limit keeps what it paid for).
+``drain()`` holds the queue: no new request starts, and it returns once every one under way has
+come back (a shard stopped at its time limit keeps what it paid for).
 """
 
 from __future__ import annotations
@@ -86,8 +86,10 @@ class SharedStream:
                 # yet must not be paid for, so the pool stops (the next call starts another).
                 self._abandon()
             elif group.remaining:  # other callers still wait: only this one's items go
-                self._unanswered -= queue.drop(lambda item: item.metadata[GROUP] == group_id)
-                self._check_drained()
+                dropped = queue.drop(lambda item: item.metadata[GROUP] == group_id)
+                if self._pool is not None and self._pool[0] is queue:  # counted in this pool
+                    self._unanswered -= dropped
+                    self._check_drained()
 
     async def stop(self) -> None:
         """End the pool once the queued items are done (then the next call starts a new one);
@@ -100,17 +102,20 @@ class SharedStream:
         await pump
 
     async def drain(self) -> None:
-        """Send nothing more (the queued items are held) and return once every request in
-        flight has its result, handed to its group as usual."""
+        """Start no new request (the queued items are held) and return once every one under
+        way has its result, handed to its group as usual."""
         pool = self._pool
         if pool is None:
             return
         queue, pump = pool
         queue.hold()
-        if self._in_flight() and not pump.done():
-            self._drained = asyncio.get_running_loop().create_future()
-            pump.add_done_callback(lambda _: self._check_drained(ended=True))
-            await self._drained
+        if not self._in_flight() or pump.done():
+            return
+        drained = self._drained
+        if drained is None or drained.done():
+            drained = self._drained = asyncio.get_running_loop().create_future()
+            pump.add_done_callback(lambda _: _resolve(drained))  # a dead pool has none in flight
+        await asyncio.shield(drained)  # a caller that gives up leaves it to the others
 
     async def cancel(self) -> None:
         """End the pool now, its requests in flight abandoned."""
@@ -123,17 +128,16 @@ class SharedStream:
         return None if self._pool is None else self._pool[1]
 
     def _in_flight(self) -> int:
-        return self._unanswered - len(self._pool[0]) if self._pool is not None else 0
+        return self._unanswered - self._pool[0].queued if self._pool is not None else 0
 
-    def _check_drained(self, *, ended: bool = False) -> None:
-        drained = self._drained
-        if drained is not None and not drained.done() and (ended or not self._in_flight()):
-            drained.set_result(None)
+    def _check_drained(self) -> None:
+        if self._drained is not None and not self._in_flight():
+            _resolve(self._drained)
 
     def _abandon(self) -> asyncio.Task[int] | None:
         pump = self._pump
-        self._pool = None
-        self._check_drained(ended=True)
+        self._pool = None  # and so nothing is in flight
+        self._check_drained()
         if pump is not None and not pump.done():
             pump.cancel()
         return pump
@@ -179,6 +183,11 @@ class SharedStream:
             group.fail(
                 error or RuntimeError("the request pool ended before every result came back")
             )
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 __all__ = ["GROUP", "SharedStream"]

@@ -7,8 +7,9 @@ callback (aiohttp turns any exception in its parser into a payload error, which 
 retried) is never cut in half, and the shard records why it stopped.
 
 At the time limit there is time left, and the requests in flight are paid for: the shard first
-drains its processors (nothing more is sent; what is in flight comes back and is journaled) until
-shortly before the deadline, then is cancelled. A second signal cuts the drain short."""
+drains its processors (no new row is started; the requests under way, with their retries, come
+back and are journaled) for up to ``DRAIN_MAX_S``, then is cancelled. A second signal cuts the
+drain short."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ _SLACK_S = 60.0
 # Of the time left at the time limit, what the way out keeps (at most half of it): the last
 # checkpoint and the status, before SLURM's SIGKILL.
 _EXIT_RESERVE_S = 20.0
+# The longest drain. A scancel or a preemption in the last minutes looks like the time limit,
+# and SLURM's SIGKILL follows it after KillWait (30 s by default): the shard must have recorded
+# its state by then.
+DRAIN_MAX_S = 25.0
 _TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>\d+(?::\d{1,2}){0,2})$")
 
 
@@ -73,7 +78,10 @@ class _Shard:
     def stop(self, drain_s: float) -> None:
         """In the loop: cancel the shard, after draining it for up to ``drain_s`` seconds."""
         if drain_s > 0 and self.drain is not None:
-            self._draining = self.loop.create_task(self._drain_then_cancel(self.drain, drain_s))
+            self._draining = self.loop.create_task(_drained(self.drain, drain_s))
+            # However the drain ends, even cancelled before its first step (a second signal
+            # in the same turn of the loop), the shard is cancelled then.
+            self._draining.add_done_callback(lambda _: self.task.cancel())
         else:
             self.task.cancel()
 
@@ -82,15 +90,14 @@ class _Shard:
         if self._draining is not None:
             self._draining.cancel()
 
-    async def _drain_then_cancel(self, drain: Callable[[], Awaitable[object]], s: float) -> None:
-        try:
-            await asyncio.wait_for(drain(), s)
-        except TimeoutError:
-            logger.warning("requests still in flight after %.0f s are abandoned", s)
-        except Exception:  # the stop goes on: what the drain kept is journaled already
-            logger.debug("the drain before the stop failed", exc_info=True)
-        finally:
-            self.task.cancel()
+
+async def _drained(drain: Callable[[], Awaitable[object]], seconds: float) -> None:
+    try:
+        await asyncio.wait_for(drain(), seconds)
+    except TimeoutError:
+        logger.warning("requests still in flight after %.0f s are abandoned", seconds)
+    except Exception:  # the stop goes on: what the drain kept is journaled already
+        logger.debug("the drain before the stop failed", exc_info=True)
 
 
 # The shard coroutine a stop signal cancels; and the exit status it asked for.
@@ -187,13 +194,13 @@ def _at_time_limit(left: float | None, grace_s: float) -> bool:
 
 
 def drain_seconds(grace_s: float) -> float:
-    """How long a stop may let the requests in flight come back: at the time limit, until
-    ``_EXIT_RESERVE_S`` before the deadline (half the time left, when that is less); else 0,
-    the stop is at once."""
+    """How long a stop may let the requests in flight come back: at the time limit,
+    ``DRAIN_MAX_S`` at most and until ``_EXIT_RESERVE_S`` before the deadline (half the time
+    left, when that is less); else 0, the stop is at once."""
     left = _time_left()
     if left is None or not _at_time_limit(left, grace_s):
         return 0.0
-    return max(0.0, left - min(_EXIT_RESERVE_S, left / 2))
+    return max(0.0, min(DRAIN_MAX_S, left - min(_EXIT_RESERVE_S, left / 2)))
 
 
 def stop_reason(signum: int, grace_s: float) -> str:
