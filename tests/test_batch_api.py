@@ -268,6 +268,30 @@ async def test_run_batch_api_retry_failed_ends_with_every_item_ok(fmt: str, tmp_
     assert all(r["ok"] or not r["retryable"] for r in records)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("bad", [0, 2, 5], ids=["first", "middle", "last"])
+async def test_a_rejected_item_anywhere_leaves_every_other_result_in_its_place(
+    emu: Any, fmt: str, bad: int, tmp_path: Path
+) -> None:
+    """An item whose request cannot be built (an unreadable image) is not uploaded; the items
+    around it still get their own answers, each exactly once, and it gets its error."""
+    llm = make_llm(emu, fmt, batch_max_requests=4)
+    items = make_items(8)
+    items[bad] = BatchItem(
+        items[bad].id, [Message.user("x", image_urls=[str(tmp_path / "no.png")])]
+    )
+    out = tmp_path / "out.jsonl"
+    assert await llm.run_batch_api(items, out, poll_interval=0.02) == 8
+    await llm.aclose()
+    records = {r["id"]: r for r in map(orjson.loads, out.read_bytes().splitlines())}
+    assert sorted(records) == sorted(i.id for i in items)  # one line each, none twice
+    assert records[items[bad].id]["error_kind"] == "invalid_item"
+    assert all(r["ok"] for key, r in records.items() if key != items[bad].id)
+    assert [records[i.id]["metadata"] for i in items if i.metadata] == [
+        {"row": n} for n in range(8) if n != bad
+    ]
+
+
 async def test_run_batch_api_resumes_a_job_whose_creation_was_cut_short(
     emu: Any, tmp_path: Path
 ) -> None:

@@ -40,7 +40,8 @@ class Spooler:
     """Turns items into request lines in chunk files no larger than the provider allows.
 
     ``scattered`` chunks (resubmissions) list their manifest positions; first-time chunks hold
-    a contiguous run and need only its start and length.
+    a contiguous run and need only its start and length, until an item is rejected in the
+    middle of one: from that gap on, the chunk lists its positions too.
     """
 
     def __init__(
@@ -64,6 +65,8 @@ class Spooler:
         if chunk is None or not self.limits.admits(chunk.count, chunk.bytes, line):
             chunk = self._open(index)
         assert chunk is not None
+        if chunk.indices is None and index != chunk.first + chunk.count:  # a rejected item's gap
+            chunk.indices = list(range(chunk.first, chunk.first + chunk.count))
         self._file.write(line)
         chunk.count += 1
         chunk.bytes += size
