@@ -15,7 +15,7 @@ from llm_kit.batch.runner import spool
 from llm_kit.providers import get_codec
 from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
 from llm_kit.providers.batch_backend import BatchLimits, Chunk
-from llm_kit.providers.openai_batch import OpenAIBatchBackend
+from llm_kit.providers.openai_batch import TAG_KEY, OpenAIBatchBackend, _with_tag
 
 KEY = "sk-never-in-a-file-42"
 
@@ -24,8 +24,8 @@ def items(n: int, **kwargs: object) -> list[BatchItem]:
     return [BatchItem(f"item {i}/x", [Message.user(f"row {i}")], **kwargs) for i in range(n)]  # type: ignore[arg-type]
 
 
-def backend(cls: type = OpenAIBatchBackend) -> OpenAIBatchBackend:
-    return cls(get_codec(cls.name), None, "gpt-test")  # type: ignore[arg-type]
+def backend(cls: type = OpenAIBatchBackend, **options: object) -> OpenAIBatchBackend:
+    return cls(get_codec(cls.name), None, "gpt-test", **options)  # type: ignore[no-any-return]
 
 
 def test_spool_splits_by_count_and_by_bytes(tmp_path: Path) -> None:
@@ -235,3 +235,12 @@ def test_config_caps_batch_size() -> None:
     llm = LLM(model="gpt", api_key=KEY, config=BatchConfig(batch_max_requests=7))
     limits = llm._limits(backend())
     assert limits.max_requests == 7 and limits.max_bytes == 200 * 1024 * 1024
+
+
+def test_openai_batch_metadata_that_would_not_fit_is_refused_not_cut() -> None:
+    fifteen = {f"k{i:02d}": "v" for i in range(15)}
+    assert _with_tag(backend(metadata=fifteen).metadata, "t") == {**fifteen, TAG_KEY: "t"}
+    with pytest.raises(ConfigError, match="holds 16 pairs; OpenAI allows 16"):
+        backend(metadata={**fifteen, "k15": "v"})
+    with pytest.raises(ConfigError, match="may not set 'llm_kit_tag'"):
+        backend(metadata={TAG_KEY: "mine"})

@@ -333,6 +333,19 @@ def test_openai_sampling_fields_are_checked() -> None:
     )
 
 
+def test_openai_metadata_must_fit_beside_the_pairs_mmirage_adds() -> None:
+    pairs = {f"k{i:02d}": "v" for i in range(14)}
+    config = load(batch_config(provider="openai", metadata=pairs))
+    assert config.processors[0].provider_config.metadata == pairs
+    assert "processors[0].metadata: holds 15 pairs; OpenAI keeps 16" in error_of(
+        batch_config(provider="openai", metadata={**pairs, "k14": "v"})
+    )
+    assert "'chunk_id' is set by mmirage on each batch" in error_of(
+        batch_config(provider="openai", metadata={"chunk_id": "mine"})
+    )
+    assert "values of 512" in error_of(batch_config(provider="openai", metadata={"k": "v" * 513}))
+
+
 def test_missing_provider_lists_the_choices() -> None:
     message = error_of(batch_config())
     assert (

@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from llm_kit.errors import ConfigError
 from llm_kit.providers.base import Codec
 from llm_kit.providers.batch_backend import (
     BatchBackend,
@@ -34,6 +35,8 @@ _STATES = {
 # Non-HTTP failures in the error file: why the request never ran.
 _NOT_RUN = {"batch_expired": "expired", "batch_cancelled": "canceled"}
 TAG_KEY = "llm_kit_tag"  # the metadata key that carries Chunk.tag
+# OpenAI's limits on a batch's metadata: pairs, characters of a key, of a value.
+METADATA_LIMITS = (16, 64, 512)
 _PAGE = "100"  # the most a list page may hold
 
 
@@ -52,11 +55,12 @@ class OpenAIBatchBackend(BatchBackend):
         metadata: Mapping[str, str] | None = None,
     ) -> None:
         """``endpoint`` is the target of every line (and of the batch); ``metadata`` is sent
-        on creation (at most 16 pairs)."""
+        on creation, with the batch's tag (so at most 15 pairs of its own)."""
         super().__init__(codec, http, model)
         if endpoint is not None:
             self.endpoint = endpoint
         self.metadata = dict(metadata) if metadata is not None else {"created_by": "llm_kit"}
+        _check_metadata(self.metadata)
 
     def frame(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
         return {"custom_id": custom_id, "method": "POST", "url": self.endpoint, "body": body}
@@ -172,9 +176,26 @@ class OpenAIBatchBackend(BatchBackend):
         return Outcome(custom_id, error=message, kind=_NOT_RUN.get(code, code), retryable=True)
 
 
+def _check_metadata(metadata: Mapping[str, str]) -> None:
+    """A ``ConfigError`` when ``metadata`` and the tag would not fit OpenAI's limits (which
+    would refuse every batch, or cut the pairs that finds a batch again after a crash)."""
+    pairs, key_chars, value_chars = METADATA_LIMITS
+    if TAG_KEY in metadata:
+        raise ConfigError(f"batch metadata may not set {TAG_KEY!r}: llm_kit tags each batch")
+    if len(metadata) > pairs - 1:
+        raise ConfigError(
+            f"batch metadata holds {len(metadata)} pairs; OpenAI allows {pairs}, one of them "
+            f"llm_kit's tag, so at most {pairs - 1}"
+        )
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ConfigError(f"batch metadata {key!r}: keys and values must be strings")
+        if len(key) > key_chars or len(value) > value_chars:
+            raise ConfigError(
+                f"batch metadata {key!r}: OpenAI allows keys of {key_chars} characters and "
+                f"values of {value_chars} at most"
+            )
+
+
 def _with_tag(metadata: Mapping[str, str], tag: str | None) -> dict[str, str]:
-    if tag is None:
-        return dict(metadata)
-    # Metadata holds at most 16 pairs: the tag takes the place of the last one if need be.
-    kept = [(k, v) for k, v in metadata.items() if k != TAG_KEY][:15]
-    return {**dict(kept), TAG_KEY: tag}
+    return dict(metadata) if tag is None else {**metadata, TAG_KEY: tag}

@@ -39,6 +39,28 @@ def _non_empty(name: str, value: str) -> None:
         raise FieldError(name, "must be a non-empty string")
 
 
+# OpenAI keeps 16 metadata pairs, keys of 64 characters and values of 512 at most; each batch
+# also carries these two of ours (the chunk it holds, the tag that finds it after a crash).
+_OPENAI_METADATA_ADDED = ("chunk_id", "llm_kit_tag")
+
+
+def _check_openai_metadata(metadata: dict[str, str]) -> None:
+    room = 16 - len(_OPENAI_METADATA_ADDED)
+    if len(metadata) > room:
+        raise FieldError(
+            "metadata",
+            f"holds {len(metadata)} pairs; OpenAI keeps 16 and each batch also carries "
+            f"{' and '.join(_OPENAI_METADATA_ADDED)}, so at most {room}",
+        )
+    for key, value in metadata.items():
+        if key in _OPENAI_METADATA_ADDED:
+            raise FieldError("metadata", f"{key!r} is set by mmirage on each batch; rename it")
+        if len(key) > 64 or len(value) > 512:
+            raise FieldError(
+                "metadata", f"{key!r}: OpenAI keeps keys of 64 characters and values of 512"
+            )
+
+
 @dataclass
 class BatchProviderConfig:
     """Fields shared by every provider of the ``batch_api`` processor, written inline in its
@@ -109,7 +131,8 @@ class OpenAIBatchConfig(BatchProviderConfig):
     """Optional base URL, useful for API-compatible gateways. Unset:
     `https://api.openai.com/v1`."""
     metadata: dict[str, str] = field(default_factory=dict)
-    """Key-value pairs sent on batch creation (each batch also gets its `chunk_id`)."""
+    """Key-value pairs sent on batch creation (each batch also gets its `chunk_id` and
+    `llm_kit_tag`, so at most 14 pairs; keys up to 64 characters, values up to 512)."""
     temperature: float | None = None
     """Sampling temperature, in [0, 2]. Unset: the provider's default."""
     top_p: float | None = None
@@ -136,6 +159,7 @@ class OpenAIBatchConfig(BatchProviderConfig):
         _within("top_p", self.top_p, 0, 1, open_low=True)
         _at_least("max_tokens", self.max_tokens, 1)
         _at_least("max_completion_tokens", self.max_completion_tokens, 1)
+        _check_openai_metadata(self.metadata)
         if self.max_tokens is not None and self.max_completion_tokens is not None:
             raise FieldError(
                 "max_completion_tokens",
