@@ -19,6 +19,7 @@ SCRIPTS = [
     "cli_startup.py",
     "mmirage_batch.py",
     "slurm_overhead.py",
+    "stop_waste.py",
 ]
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from llm_kit.batch.runner import spool
 from llm_kit.providers import get_codec
 from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
 from llm_kit.providers.batch_backend import BatchLimits, Chunk
+from llm_kit.providers.gemini_batch import GeminiBatchBackend
 from llm_kit.providers.openai_batch import TAG_KEY, OpenAIBatchBackend, _with_tag
 
 KEY = "sk-never-in-a-file-42"
@@ -244,3 +245,25 @@ def test_openai_batch_metadata_that_would_not_fit_is_refused_not_cut() -> None:
         backend(metadata={**fifteen, "k15": "v"})
     with pytest.raises(ConfigError, match="may not set 'llm_kit_tag'"):
         backend(metadata={TAG_KEY: "mine"})
+
+
+def test_gemini_inlines_a_chunk_only_when_the_inline_body_itself_fits(tmp_path: Path) -> None:
+    """The inline framing is longer than the spooled lines': a chunk just under the limit may
+    not fit inline, and then goes as an uploaded file (``None`` here)."""
+    gemini = backend(GeminiBatchBackend)
+    _, chunks = spool(
+        items(200),
+        backend=gemini,
+        codec=get_codec("gemini"),
+        sampling={},
+        limits=BatchLimits(None, 10**9),
+        directory=tmp_path,
+        base_url="x",
+    )
+    (chunk,) = chunks
+    body = gemini._inline_body(chunk, "tag")
+    assert body is not None and len(body) > chunk.bytes
+    requests = orjson.loads(body)["batch"]["inputConfig"]["requests"]["requests"]
+    assert [r["metadata"]["key"] for r in requests] == [str(i) for i in range(200)]
+    gemini.inline_max_bytes = len(body)  # the lines fit under it, the inline body does not
+    assert chunk.bytes < gemini.inline_max_bytes and gemini._inline_body(chunk, "tag") is None

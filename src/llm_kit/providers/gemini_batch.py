@@ -19,9 +19,9 @@ from llm_kit.providers.batch_backend import (
 )
 from llm_kit.providers.batch_types import BatchCounts, JobState, ProviderBatch
 
-# Inline requests must total under 20 MB; the inline framing adds a little per request, so keep
-# a margin rather than size the body twice.
-INLINE_MAX_BYTES = 19 * 1000 * 1000
+# An inline job's whole request body must stay under 20 MB (else its requests are uploaded as
+# a file). Its framing differs from the spooled lines', so the body itself is measured.
+INLINE_MAX_BYTES = 20 * 1000 * 1000
 _STATES = {
     "PENDING": JobState.PENDING,
     "QUEUED": JobState.PENDING,  # Vertex only
@@ -47,30 +47,35 @@ class GeminiBatchBackend(BatchBackend):
 
     async def submit(self, chunk: Chunk) -> tuple[ProviderBatch, dict[str, Any]]:
         model = self.model.removeprefix("models/")
-        if chunk.bytes <= self.inline_max_bytes:
-            requests = []
-            with open(chunk.path, "rb") as f:
-                for line in f:
-                    record = orjson.loads(line)
-                    requests.append(
-                        {"request": record["request"], "metadata": {"key": record["key"]}}
-                    )
-            source: dict[str, Any] = {"requests": {"requests": requests}}
-        else:
-            source = {"fileName": await self._upload(chunk.path)}
         # The display name carries the tag: the one label a Gemini batch has room for.
         name = chunk.tag or f"llm_kit-{chunk.path.stem}"
-        body = {"batch": {"displayName": name, "inputConfig": source}}
+        body = self._inline_body(chunk, name)
+        if body is None:
+            source = {"fileName": await self._upload(chunk.path)}
+            body = orjson.dumps({"batch": {"displayName": name, "inputConfig": source}})
         _, created = await self.call(
             "POST",
             f"/v1beta/models/{model}:batchGenerateContent",
-            data=orjson.dumps(body),
+            data=body,
             timeout=self.transfer_timeout,
             what="creating a Gemini batch",
         )
         batch = chunk.batch(created["name"])
         self.apply(batch, created)
         return batch, created
+
+    def _inline_body(self, chunk: Chunk, name: str) -> bytes | None:
+        """The creation body with the requests inline, or ``None`` when it would not fit."""
+        if chunk.bytes >= self.inline_max_bytes:  # the framing only adds to it
+            return None
+        requests = []
+        with open(chunk.path, "rb") as f:
+            for line in f:
+                record = orjson.loads(line)
+                requests.append({"request": record["request"], "metadata": {"key": record["key"]}})
+        source = {"requests": {"requests": requests}}
+        body = orjson.dumps({"batch": {"displayName": name, "inputConfig": source}})
+        return body if len(body) < self.inline_max_bytes else None
 
     async def _upload(self, path: Path) -> str:
         """The resumable upload protocol: start, then upload and finalize in one request."""
