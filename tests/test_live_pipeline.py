@@ -210,6 +210,26 @@ async def test_validation_failure_is_retried_then_recorded(emulator: Any) -> Non
     await llm.aclose()
 
 
+async def test_a_validator_that_crashes_fails_its_item_not_the_batch(emulator: Any) -> None:
+    class Crashing(BaseModel):
+        n: int
+
+        @field_validator("n")
+        @classmethod
+        def lookup(cls, value: int) -> int:
+            return {}[value]  # type: ignore[no-any-return]  # a KeyError, not a ValueError
+
+    items = spec_items(6)
+    items[3] = BatchItem("crash", [Message.user("x")], response_model=Crashing)
+    llm = make_llm(emulator, validation_retries=0)
+    results = {r.id: r async for r in llm.batch_stream(items)}
+    await llm.aclose()
+    crash = results.pop("crash")
+    assert not crash.ok and crash.error_kind == "validation"
+    assert "a validator of Crashing raised KeyError" in (crash.error or "")
+    assert len(results) == 5 and all(r.ok for r in results.values())
+
+
 async def test_complete_single_call(emulator: Any) -> None:
     llm = make_llm(emulator)
     text = await llm.complete("Say hi")

@@ -60,7 +60,11 @@ def test_batch_item_accepts_dict_messages_and_int_ids() -> None:
         ({"id": "a", "messages": [Message.user("x")], "response_model": dict}, "BaseModel"),
         (
             {"id": "a", "messages": [Message.user("x")], "metadata": {"f": object()}},
-            "JSON-serialisable",
+            "metadata must be JSON-serialisable",
+        ),
+        (
+            {"id": "a", "messages": [Message.user("x")], "sampling": {"max_tokens": object()}},
+            "sampling must be JSON-serialisable",
         ),
     ],
 )

@@ -113,6 +113,10 @@ def parse_response(text: str | None, model: type[BaseModel]) -> BaseModel:
             f"the answer does not match {model.__name__}: {where}: {first['msg']} "
             f"({exc.error_count()} error(s))"
         ) from None
+    except Exception as exc:  # a validator of the model's own raised: this answer's failure
+        raise ResponseValidationError(
+            f"a validator of {model.__name__} raised {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _loads_lenient(text: str) -> Any:

@@ -170,13 +170,16 @@ class BatchItem:
                 f"BatchItem {self.id!r}: response_model must be a pydantic BaseModel subclass, "
                 f"got {model!r}"
             )
-        if self.metadata:
-            try:
-                orjson.dumps(self.metadata)
-            except TypeError as exc:
-                raise ConfigError(
-                    f"BatchItem {self.id!r}: metadata must be JSON-serialisable ({exc})"
-                ) from None
+        # Both are sent or written as JSON: a value that is not (a numpy integer) fails here,
+        # naming the item, not in the middle of a batch.
+        for name, value in (("metadata", self.metadata), ("sampling", self.sampling)):
+            if value:
+                try:
+                    orjson.dumps(value)
+                except TypeError as exc:
+                    raise ConfigError(
+                        f"BatchItem {self.id!r}: {name} must be JSON-serialisable ({exc})"
+                    ) from None
 
 
 @dataclass(slots=True)
