@@ -394,3 +394,24 @@ def test_estimate_before_submission_counts_input_only() -> None:
     assert estimate.input_cost == pytest.approx(0.075)
     assert "output tokens are not known" in estimate.describe()
     assert "no known batch price" in cost.estimate_submission("mystery", 10).describe()
+
+
+def test_run_stats_of_a_batch_pipeline_leave_tokens_null_not_zero(tmp_path: Path) -> None:
+    """Token counts are unknown at submission: --stats says null, as `mmirage stats` does."""
+    import yaml
+
+    with running_emulator(EmulatorConfig()) as emu:
+        path = tmp_path / "batch.yaml"
+        path.write_text(yaml.safe_dump(config_data(tmp_path, emu)))
+        done = subprocess.run(
+            [sys.executable, "-m", "mmirage", "run", str(path), "--stats"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "OPENAI_API_KEY": KEY},
+            timeout=120,
+        )
+    assert done.returncode == 1, done.stderr  # the fixture's one row without a question
+    stats = json.loads(done.stdout[done.stdout.index("{") :])
+    assert stats["aggregate"]["total_rows_done"] == 21
+    assert stats["aggregate"]["total_input_tokens"] is None
+    assert {(s["input_tokens"], s["output_tokens"]) for s in stats["per_shard"]} == {(None, None)}

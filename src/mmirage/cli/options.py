@@ -58,7 +58,3 @@ def metadata_paths_option(verb: str) -> Callable[[Callable[..., Any]], Callable[
         help=f"batch_api configs: a receipt file to {verb} (repeatable) [default: the config's].",
     )
 
-
-def has_batch_api(cfg: MMirageConfig) -> bool:
-    """Batch mode: check, merge and retry follow provider batches instead of shards."""
-    return any(p.type == "batch_api" for p in cfg.processors)

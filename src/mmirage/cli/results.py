@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from mmirage.cli.errors import os_failure
-from mmirage.cli.options import has_batch_api
 from mmirage.errors import UserError
 
 if TYPE_CHECKING:
@@ -134,4 +133,4 @@ RESULTS: dict[bool, Results] = {False: ShardResults(), True: BatchResults()}
 
 def results_for(cfg: MMirageConfig) -> Results:
     """The one place that tells batch_api pipelines from the others."""
-    return RESULTS[has_batch_api(cfg)]
+    return RESULTS[cfg.uses_batch_api]

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from mmirage.cli.errors import exit_on_errors
-from mmirage.cli.options import config_params, config_path, has_batch_api, load
+from mmirage.cli.options import config_params, config_path, load
 
 # Hidden: a parent run gives its children its own id (their batch receipts then share it).
 RUN_ID_OPTION = click.option("--run-id", default=None, hidden=True, help="This run's id.")
@@ -108,7 +108,7 @@ def run(
             raise UserError(f"--shard-id {shard_id} is out of range: num_shards is {lp.num_shards}")
         here = shard_id is not None or export_prompts is not None
         executor = executor_for(cfg, path, new_run_id(run_id), here=here)
-        batch = has_batch_api(cfg)
+        batch = cfg.uses_batch_api
         if ep.mode == "slurm" and not here:
             if wait and batch and output_path is None:
                 raise UserError("--wait with a batch_api processor needs --output-path FILE.jsonl")

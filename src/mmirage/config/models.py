@@ -27,6 +27,12 @@ class MMirageConfig:
     # Where the config came from (absolute file path, or None for a dict); not a YAML key.
     config_path: str | None = field(default=None, metadata={"internal": True})
 
+    @property
+    def uses_batch_api(self) -> bool:
+        """Whether a processor submits provider batches: check, merge and retry follow them,
+        and token counts are known only once their results are merged."""
+        return any(p.type == "batch_api" for p in self.processors)
+
     def processor_for(self, output: OutputVar) -> ProcessorConfig:
         """The processor that computes ``output`` (the loader has checked it exists and is
         unambiguous)."""

@@ -37,7 +37,7 @@ def check_dirs(cfg: MMirageConfig) -> None:
     for index, ds in enumerate(lp.datasets):
         where = f"loading_params.datasets[{index}].output_dir"
         ensure_writable_dir(Path(os.path.expanduser(ds.output_dir)) / ".parts", where)
-    if any(p.type == "batch_api" for p in cfg.processors):
+    if cfg.uses_batch_api:
         # Receipts are written after the provider accepted a batch: their folder must be
         # usable before anything is sent.
         from mmirage.core.process.batch.receipts import batch_processors, receipt_base
@@ -147,11 +147,11 @@ class LocalExecutor(Executor):
         self._as_shard_process()
         if request.plan.export_prompts is not None:
             outcomes = self._export(shards, request.plan)
-            return RunResult(False, shards, lambda: conclude(outcomes, request.stats))
+            return RunResult(False, shards, lambda: self._conclude(outcomes, request.stats))
         check_dirs(self.cfg)
         outcomes = self.run_shards(shards, request.plan, "run")
         finished = all(o.ok for o in outcomes)
-        return RunResult(finished, shards, lambda: conclude(outcomes, request.stats))
+        return RunResult(finished, shards, lambda: self._conclude(outcomes, request.stats))
 
     def retry(self, shards: list[int] | None, *, stats: bool, yes: bool) -> int:
         from mmirage.core.shard.health import PARTIAL, shard_health
@@ -178,14 +178,15 @@ class LocalExecutor(Executor):
         after = states()
         report: dict[str, object] = dict(summary([after[k] for k in chosen]))
         if stats:
-            report["stats"] = stats_json([o.stats for o in outcomes if o.stats is not None])
+            reports = [o.stats for o in outcomes if o.stats is not None]
+            report["stats"] = stats_json(reports, tokens_known=not self.cfg.uses_batch_api)
         click.echo(json.dumps(report, indent=2))
         if any(o.user_error for o in outcomes):
             raise UserError("a shard stopped on a configuration problem (see above)")
         unfinished = len(chosen) - int(str(report["successful"]))
         if unfinished:
             raise WorkFailed(f"{unfinished} shard(s) have not succeeded")
-        if not todo and not any(p.type == "batch_api" for p in self.cfg.processors):
+        if not todo and not self.cfg.uses_batch_api:
             click.echo("All shards already succeeded.", err=True)
         return 0
 
@@ -211,6 +212,9 @@ class LocalExecutor(Executor):
         extra = [flag for flag, on in flags if on]
         parallel = ParallelRun(self.cfg, self.config_path, command, extra, width, self.run_id)
         return parallel.run(shards)
+
+    def _conclude(self, outcomes: list[ShardOutcome], stats: bool) -> None:
+        conclude(outcomes, stats, tokens_known=not self.cfg.uses_batch_api)
 
     def _as_shard_process(self) -> None:
         if not self._handle_signals:

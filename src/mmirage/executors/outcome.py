@@ -43,13 +43,22 @@ def describe(report: ShardReport) -> str:
     return f"{what}: {report.rows_done} rows ({report.rows_failed} failed{resumed}){usage}"
 
 
-def stats_json(per_shard: list[dict[str, Any]]) -> dict[str, Any]:
+def stats_json(per_shard: list[dict[str, Any]], *, tokens_known: bool) -> dict[str, Any]:
+    """``--stats``: the shards' reports and their totals. Without ``tokens_known`` (batch
+    outputs, counted only by the merge) tokens are null, not a misleading zero."""
     keys = ("rows_done", "rows_failed", "input_tokens", "output_tokens")
+    if not tokens_known:
+        per_shard = [{**r, "input_tokens": None, "output_tokens": None} for r in per_shard]
     return {
         "per_shard": per_shard,
         "aggregate": {
             "shards": len(per_shard),
-            **{f"total_{k}": sum(int(r.get(k) or 0) for r in per_shard) for k in keys},
+            **{
+                f"total_{k}": sum(int(r.get(k) or 0) for r in per_shard)
+                if tokens_known or not k.endswith("_tokens")
+                else None
+                for k in keys
+            },
             "sum_runtime_seconds": round(
                 sum(float(r.get("runtime_seconds") or 0.0) for r in per_shard), 3
             ),
@@ -57,13 +66,13 @@ def stats_json(per_shard: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def conclude(outcomes: list[ShardOutcome], stats: bool) -> None:
+def conclude(outcomes: list[ShardOutcome], stats: bool, *, tokens_known: bool) -> None:
     """Print --stats, then raise ``UserError`` (a child hit a user error) or ``WorkFailed`` if
     any shard did not succeed, naming them and why (conflicts included, so none scrolls out of
     sight)."""
     if stats:
         reports = [o.stats for o in outcomes if o.stats is not None]
-        click.echo(json.dumps(stats_json(reports), indent=2))
+        click.echo(json.dumps(stats_json(reports, tokens_known=tokens_known), indent=2))
     bad = [o for o in outcomes if not o.ok]
     if not bad:
         _fail_on_failed_rows(outcomes)

@@ -297,7 +297,7 @@ def stats_report(config: MMirageConfig) -> dict[str, Any]:
     lp = config.loading_params
     n = lp.num_shards
     # A batch_api output's tokens are known only to the merge of its results: null, not 0.
-    batch = any(p.type == "batch_api" for p in config.processors)
+    batch = config.uses_batch_api
     per_shard: list[dict[str, Any]] = []
     for k in range(n):
         status = read_status(status_path(config, k))
