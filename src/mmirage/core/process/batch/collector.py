@@ -107,7 +107,10 @@ class ReceiptScan:
 
     batches: dict[tuple[str, str], BatchRecord] = field(default_factory=dict)
     resubmitted: set[str] = field(default_factory=set)  # batch ids named by a ``retry_of``
-    skipped: int = 0  # receipts of another pipeline or configuration
+    # Batch ids of receipts skipped: stamped by another pipeline, or by this one under an
+    # earlier configuration.
+    other_pipelines: set[str] = field(default_factory=set)
+    earlier_config: set[str] = field(default_factory=set)
 
     @property
     def records(self) -> list[BatchRecord]:
@@ -134,11 +137,19 @@ def require_batches(scan: ReceiptScan, paths: Sequence[str] = ()) -> None:
     files hold no receipt at all (not receipt files, or only dry-run receipts)."""
     if scan.batches:
         return
-    if scan.skipped:
+    if scan.earlier_config:
         raise CollectorError(
-            f"the {scan.skipped} receipt(s) found belong to another pipeline sharing "
-            "metadata_output_path, or to this pipeline before its configuration changed; "
-            "run 'mmirage run' with this configuration first"
+            f"the {len(scan.earlier_config)} batch(es) the receipts name were submitted by "
+            "this pipeline under an earlier configuration (its inputs, outputs, datasets, or a "
+            "processor's model, sampling or base_url differed): use the configuration that "
+            "submitted them ('mmirage run --recompute' would submit, and pay for, every row "
+            "again)"
+        )
+    if scan.other_pipelines:
+        raise CollectorError(
+            f"the {len(scan.other_pipelines)} batch(es) the receipts name belong to another "
+            "pipeline sharing metadata_output_path; use its configuration, or run this one "
+            "first"
         )
     named = ", ".join(paths) or "the receipt files"
     raise CollectorError(
@@ -166,7 +177,8 @@ def scan_receipts(
     for receipt in read_receipts(paths):
         stamp = (receipt.data.get("pipeline_id") or "", receipt.data.get("fingerprint") or "")
         if only is not None and stamp[0] and stamp != only:
-            scan.skipped += 1
+            ours = stamp[0] == only[0]
+            (scan.earlier_config if ours else scan.other_pipelines).add(receipt.batch_id)
             continue
         record = _record(receipt)
         if record.key in scan.batches:
