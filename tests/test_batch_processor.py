@@ -356,6 +356,43 @@ def test_rows_with_missing_images_fail_alone(tmp_path: Path, ledger: Path) -> No
     assert ledger_ids(ledger) == []
 
 
+def test_an_image_the_provider_refuses_fails_its_row_naming_the_request_once(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pic.bmp").write_bytes(b"BM" + bytes(60))  # Anthropic takes no BMP
+    write_dataset(tmp_path / "a.jsonl", 1, image="pic.bmp")
+    cfg = load_mmirage_config_dict(
+        {
+            "processors": [{"type": "batch_api", "provider": "anthropic", "model": "claude"}],
+            "loading_params": {
+                "state_dir": str(tmp_path / "state"),
+                "output_format": "jsonl",
+                "datasets": [
+                    {
+                        "path": str(tmp_path / "a.jsonl"),
+                        "type": "JSONL",
+                        "output_dir": str(tmp_path / "out"),
+                        "image_base_path": str(tmp_path),
+                    }
+                ],
+            },
+            "processing_params": {
+                "inputs": [
+                    {"name": "q", "key": "q"},
+                    {"name": "img", "key": "img", "type": "image"},
+                ],
+                "outputs": [{"name": "cap", "type": "batch_api", "prompt": "Describe {{ q }}"}],
+                "output_schema": {"cap": "{{ cap }}"},
+            },
+        }
+    )
+    run_shard(cfg, 0, export_prompts=str(tmp_path / "prompts.jsonl"))
+    (row,) = [json.loads(x) for x in (tmp_path / "out" / "shard-0-of-1.jsonl").open()]
+    error = row["__errors__"]["cap"]
+    assert error.startswith("request 'cap-multimodal-0': ") and "image/bmp" in error
+    assert error.count("cap-multimodal-0") == 1
+
+
 def _two_outputs(second_prompt: str, first_name: str = "answer") -> dict[str, Any]:
     return {
         "processors": [

@@ -132,7 +132,8 @@ class BatchApiProcessor(Processor):
             try:
                 line = self._line(custom_id, request, output)
             except (ValueError, OSError) as exc:  # llm_kit's ItemError is a ValueError
-                results.append(OutputResult(error=f"request '{custom_id}': {exc}"))
+                why = str(exc).removeprefix(f"request {custom_id}: ")  # named once, here
+                results.append(OutputResult(error=f"request '{custom_id}': {why}"))
                 continue
             dataset = int(request.row_key.split(":", 1)[0])
             by_modality.setdefault(modality, []).append(
