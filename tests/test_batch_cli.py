@@ -431,3 +431,13 @@ def test_run_stats_of_a_batch_pipeline_leave_tokens_null_not_zero(tmp_path: Path
     assert stats["aggregate"]["total_rows_done"] == 21
     assert stats["aggregate"]["total_input_tokens"] is None
     assert {(s["input_tokens"], s["output_tokens"]) for s in stats["per_shard"]} == {(None, None)}
+
+
+def test_the_originals_collector_module_entry_point_says_which_command_merges() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mmirage.core.process.batch.collector", "--config", "c.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and "mmirage merge --config CONFIG" in done.stderr

@@ -322,3 +322,12 @@ __all__ = [
     "store_path",
     "wait_until_terminal",
 ]
+
+
+if __name__ == "__main__":
+    # The original ran its collector as a module; here it is a library, and a silent exit 0
+    # would read as "merged".
+    raise SystemExit(
+        "error: this module is not a command; merge batch results with: mmirage merge "
+        "--config CONFIG --output-path OUTPUT [--metadata-path RECEIPT ...]"
+    )
