@@ -143,6 +143,7 @@ def register_mistral() -> None:
 
 import json
 import os
+import subprocess
 import sys
 import time
 import urllib.request
@@ -372,3 +373,101 @@ def test_a_plugin_that_fails_to_import_is_named(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(PROVIDER_PLUGINS, "loaded", False)
     with pytest.raises(ImportError, match="no_such_mistral_plugin_module"):
         load_provider_plugins()
+
+
+def test_a_provider_registered_at_runtime_reaches_parallel_shard_processes(
+    emu: EmulatorHandle, tmp_path: Path
+) -> None:
+    """The spec's registration, in an application's bootstrap that then runs the CLI: the
+    shards it starts as their own processes (local_parallel_shards, like SLURM's tasks) know
+    the provider too."""
+    import yaml
+
+    data = yaml.safe_load(write_config(tmp_path).read_text())
+    data["loading_params"].update(num_shards=2, output_format="jsonl")
+    data["execution_params"] = {"local_parallel_shards": 2}
+    config = tmp_path / "parallel.yaml"
+    config.write_text(yaml.safe_dump(data))
+    (tmp_path / "data.jsonl").write_text(
+        "".join(json.dumps({"question": f"q{i}"}) + "\n" for i in range(6))
+    )
+    boot = tmp_path / "boot.py"
+    boot.write_text(
+        f"import {__name__} as app\n\napp.register_mistral()\n\n"
+        "from mmirage.cli import entry\n\nentry()\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parent),  # the application's modules, as installed
+        "MISTRAL_API_KEY": KEY,
+        BASE_URL_ENV: emu.openai_base_url,
+    }
+    done = subprocess.run(
+        [sys.executable, str(boot), "run", str(config)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "[shard 1]" in done.stderr  # it did run in child processes
+    published = sorted((tmp_path / "out").glob("shard-*-of-2.jsonl"))
+    assert len(published) == 2
+    answers = [json.loads(line)["answer"] for p in published for line in p.read_text().split()]
+    assert len(answers) == 6 and all(a.startswith("__BATCH_SUBMITTED__:") for a in answers)
+
+
+def test_a_provider_defined_in_the_bootstrap_script_is_refused_before_any_shard(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    data = yaml.safe_load(write_config(tmp_path).read_text())
+    data["loading_params"]["num_shards"] = 2
+    data["execution_params"] = {"local_parallel_shards": 2}
+    config = tmp_path / "parallel.yaml"
+    config.write_text(yaml.safe_dump(data))
+    (tmp_path / "data.jsonl").write_text(json.dumps({"question": "q"}) + "\n")
+    boot = tmp_path / "boot.py"
+    boot.write_text(
+        f"from {__name__} import MistralBatchAdapter, MistralBatchConfig\n"
+        "from mmirage.core.process.batch.provider_resolution import "
+        "BatchProviderConfigRegistry\n"
+        "from mmirage.core.process.batch.registry import BatchAdapterRegistry\n\n\n"
+        "class Local(MistralBatchConfig):\n    pass\n\n\n"
+        "Local = __import__('dataclasses').dataclass(Local)\n"
+        "BatchProviderConfigRegistry.register('mistral', Local)\n"
+        "BatchAdapterRegistry.register('mistral', MistralBatchAdapter)\n\n"
+        "from mmirage.cli import entry\n\nentry()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "MISTRAL_API_KEY": KEY}
+    done = subprocess.run(
+        [sys.executable, str(boot), "run", str(config)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "batch provider 'mistral' is registered with Local, defined in the script run" in (
+        done.stderr
+    )
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("shard-*"))
+
+
+@pytest.mark.usefixtures("mistral")
+def test_a_slurm_job_script_exports_the_providers_registered_at_runtime(tmp_path: Path) -> None:
+    from mmirage.config.execution import ExecutionParams
+    from mmirage.config.plugins import FORWARDED_ENV
+    from mmirage.executors.forwarding import shard_env
+    from mmirage.executors.slurm_script import JobSpec, render_job_script
+
+    env = shard_env(load_mmirage_config(write_config(tmp_path), env={}))
+    assert json.loads(env[FORWARDED_ENV]) == {
+        "mistral": {
+            "adapter": f"{__name__}:MistralBatchAdapter",
+            "config": f"{__name__}:MistralBatchConfig",
+        }
+    }
+    spec = JobSpec(tmp_path / "c.yaml", (0, 1), tmp_path, env=tuple(env.items()))
+    script = render_job_script(ExecutionParams(mode="slurm", account="a"), spec)
+    export = next(line for line in script.splitlines() if FORWARDED_ENV in line)
+    assert export.startswith(f"export {FORWARDED_ENV}='{{")
+    assert script.index(export) < script.index("exec ")
+    openai_only = load_mmirage_config(write_config(tmp_path), env={})
+    openai_only.processors[0].provider_config.provider = "openai"  # type: ignore[attr-defined]
+    assert shard_env(openai_only) == {}  # only the providers the config uses travel

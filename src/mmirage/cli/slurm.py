@@ -79,11 +79,18 @@ def submit(
 
 def _print_script(cfg: object, path: Path, ids: list[int] | None) -> None:
     from mmirage.config.models import MMirageConfig
+    from mmirage.executors.forwarding import shard_env
     from mmirage.executors.slurm import workdir_of
     from mmirage.executors.slurm_script import JobSpec, render_job_script
 
     assert isinstance(cfg, MMirageConfig)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
     wanted = ids if ids is not None else range(cfg.loading_params.num_shards)
-    spec = JobSpec(path.resolve(), tuple(wanted), workdir_of(cfg), log_level=level)
+    spec = JobSpec(
+        path.resolve(),
+        tuple(wanted),
+        workdir_of(cfg),
+        log_level=level,
+        env=tuple(shard_env(cfg).items()),
+    )
     click.echo(render_job_script(cfg.execution_params, spec), nl=False)

@@ -8,14 +8,25 @@ in; provider plugins when a config needs a provider (``config.reader``).
 
 * batch providers: ``mmirage.batch_providers`` / ``MMIRAGE_BATCH_PROVIDERS``;
 * processor types: ``mmirage.processors`` / ``MMIRAGE_PROCESSORS``.
+
+A batch provider registered in-process (``register``, in an application's bootstrap) is
+carried to the shard processes that process starts (local parallel shards, SLURM tasks, each a
+``python -m mmirage``): ``forwarded_providers`` names its classes in ``FORWARDED_ENV``, and each
+registry of a shard process imports them from there on a lookup that finds nothing.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+
+from mmirage.errors import UserError
+
+FORWARDED_ENV = "MMIRAGE_FORWARDED_BATCH_PROVIDERS"  # {name: {"config"|"adapter": "mod:Qual"}}
 
 
 @dataclass
@@ -83,10 +94,50 @@ def load_processor_plugins(*, installed: bool = True) -> None:
         PROCESSOR_PLUGINS.load_if_named()
 
 
+def forwarded_providers(registered: Mapping[str, Mapping[str, type]]) -> dict[str, str]:
+    """The environment that carries ``registered`` ({provider: {"config"|"adapter": class}},
+    the custom ones of this process) to a shard process; ``{}`` when there are none. A class a
+    new process cannot import (defined in a script run as ``__main__``, or in a function) is a
+    ``UserError`` naming it."""
+    if not registered:
+        return {}
+    paths: dict[str, dict[str, str]] = {}
+    for name, classes in registered.items():
+        for kind, cls in classes.items():
+            if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+                raise UserError(
+                    f"batch provider '{name}' is registered with {cls.__qualname__}, defined "
+                    f"in {'a function' if '<locals>' in cls.__qualname__ else 'the script run'}"
+                    ", which the shard processes this run starts cannot import: define its "
+                    "classes in a module (they are registered from there in each process)"
+                )
+            paths.setdefault(name, {})[kind] = f"{cls.__module__}:{cls.__qualname__}"
+    return {FORWARDED_ENV: json.dumps(paths, sort_keys=True)}
+
+
+def forwarded_class(name: str, kind: str) -> type | None:
+    """The ``kind`` ("config" or "adapter") class of provider ``name`` that the process which
+    started this one registered (``forwarded_providers``), imported; ``None``: none was."""
+    try:
+        path = json.loads(os.environ.get(FORWARDED_ENV) or "{}").get(name, {}).get(kind)
+    except (ValueError, AttributeError):
+        return None
+    if not path:
+        return None
+    module, _, qualname = path.partition(":")
+    found: object = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found if isinstance(found, type) else None
+
+
 __all__ = [
+    "FORWARDED_ENV",
     "PROCESSOR_PLUGINS",
     "PROVIDER_PLUGINS",
     "PluginLoader",
+    "forwarded_class",
+    "forwarded_providers",
     "load_processor_plugins",
     "load_provider_plugins",
 ]

@@ -14,7 +14,7 @@ from mmirage.config.batch_provider import (
     GeminiBatchConfig,
     OpenAIBatchConfig,
 )
-from mmirage.config.plugins import PROVIDER_PLUGINS
+from mmirage.config.plugins import PROVIDER_PLUGINS, forwarded_class
 from mmirage.errors import UserError
 
 _BUILT_INS: dict[str, type[BatchProviderConfig]] = {
@@ -64,6 +64,8 @@ class BatchProviderConfigRegistry:
     def get_config_cls(cls, name: str) -> type[BatchProviderConfig]:
         cls._add_built_ins()
         key = normalize_provider_name(name)
+        if key not in cls._registry and (forwarded := forwarded_class(key, "config")):
+            cls.register(key, forwarded)  # registered by the process that started this one
         try:
             return cls._registry[key]
         except KeyError:
@@ -81,6 +83,11 @@ class BatchProviderConfigRegistry:
     def available(cls) -> list[str]:
         cls._add_built_ins()
         return sorted(cls._registry)
+
+    @classmethod
+    def custom(cls) -> dict[str, type[BatchProviderConfig]]:
+        """The providers registered here that are not built in (or replace a built-in)."""
+        return {k: c for k, c in cls._registry.items() if _BUILT_INS.get(k) is not c}
 
     @classmethod
     def unregister(cls, name: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from mmirage.executors.console import Console
+from mmirage.executors.forwarding import shard_env
 from mmirage.executors.outcome import ShardOutcome
 from mmirage.executors.signals import PARENT_PID_ENV
 
@@ -54,6 +55,7 @@ class ParallelRun:
         self.extra = extra
         self.width = width
         self.run_id = run_id
+        self.env = shard_env(cfg)  # before any child starts: a provider it cannot import fails
         self.console = Console()
         self.started = time.monotonic()
         self.rows_before = 0
@@ -97,7 +99,7 @@ class ParallelRun:
         ]  # fmt: skip
 
     def _spawn(self, shard_id: int) -> _Child:
-        env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
+        env = {**os.environ, **self.env, PARENT_PID_ENV: str(os.getpid())}
         proc = subprocess.Popen(
             self._argv(shard_id), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )

@@ -19,6 +19,7 @@ from mmirage.config.models import MMirageConfig
 from mmirage.core.shard.health import shard_health
 from mmirage.core.shard.published import DAMAGED
 from mmirage.core.shard.state import RUNNING, SUCCESS, now_iso, shard_dir
+from mmirage.executors.forwarding import shard_env
 from mmirage.executors.slurm_client import SlurmClient, TaskInfo
 from mmirage.executors.slurm_script import JobSpec, render_job_script, task_log
 
@@ -89,7 +90,12 @@ def submit(
     ep = cfg.execution_params
     workdir = workdir_of(cfg)
     spec = JobSpec(
-        config_path.resolve(), tuple(shard_ids), workdir, log_level=log_level, command=command
+        config_path.resolve(),
+        tuple(shard_ids),
+        workdir,
+        log_level=log_level,
+        command=command,
+        env=tuple(shard_env(cfg).items()),
     )
     script = write_script(cfg, spec)
     report_dir = Path(ep.report_dir)

@@ -31,6 +31,7 @@ class JobSpec:
     python: str = sys.executable
     log_level: str = "WARNING"
     command: str = "run"  # or "retry": also computes again a finished shard's retryable rows
+    env: tuple[tuple[str, str], ...] = ()  # exported to each task (``forwarding.shard_env``)
 
 
 def array_spec(shard_ids: Sequence[int], max_concurrent: int | None) -> str:
@@ -118,6 +119,7 @@ def render_job_script(ep: ExecutionParams, spec: JobSpec) -> str:
         f"export {DEADLINE_ENV}=$(( $(date +%s) + {slurm_seconds(ep.time_limit)} ))",
         *ep.setup,
         f"export HF_HOME={shlex.quote(ep.hf_home)}",
+        *(f"export {name}={shlex.quote(value)}" for name, value in spec.env),
         task_command(ep, spec),
     ]
     return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ import importlib
 import logging
 from typing import Any, ClassVar
 
-from mmirage.config.plugins import load_provider_plugins
+from mmirage.config.plugins import forwarded_class, load_provider_plugins
 from mmirage.config.provider_resolution import PLUGIN_ENV, normalize_provider_name
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
 from mmirage.errors import UserError
@@ -52,6 +52,10 @@ class BatchAdapterRegistry:
         key = normalize_provider_name(name)
         if key in cls._registry:
             return cls._registry[key]
+        forwarded = forwarded_class(key, "adapter")  # registered by the process that started us
+        if forwarded is not None:
+            cls.register(key, forwarded)
+            return cls._registry[key]
         if key in _BUILT_INS:
             module, _, attr = _BUILT_INS[key].partition(":")
             adapter_cls: type[BatchSubmissionAdapter] = getattr(
@@ -78,6 +82,15 @@ class BatchAdapterRegistry:
     @classmethod
     def available(cls) -> list[str]:
         return sorted(set(cls._registry) | set(_BUILT_INS))
+
+    @classmethod
+    def custom(cls) -> dict[str, type[BatchSubmissionAdapter]]:
+        """The adapters registered here that are not built in (or replace a built-in)."""
+        return {
+            key: adapter_cls
+            for key, adapter_cls in cls._registry.items()
+            if _BUILT_INS.get(key) != f"{adapter_cls.__module__}:{adapter_cls.__qualname__}"
+        }
 
     @classmethod
     def unregister(cls, name: str) -> None:
