@@ -392,16 +392,15 @@ def test_a_provider_registered_at_runtime_reaches_parallel_shard_processes(
         "".join(json.dumps({"question": f"q{i}"}) + "\n" for i in range(6))
     )
     boot = tmp_path / "boot.py"
+    # The application's module sits beside its script (on the script's path only, as
+    # sys.path[0] would put it): the shard processes, started elsewhere, find it all the same.
     boot.write_text(
+        f"import sys\n\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         f"import {__name__} as app\n\napp.register_mistral()\n\n"
         "from mmirage.cli import entry\n\nentry()\n"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(Path(__file__).parent),  # the application's modules, as installed
-        "MISTRAL_API_KEY": KEY,
-        BASE_URL_ENV: emu.openai_base_url,
-    }
+    env = {**os.environ, "MISTRAL_API_KEY": KEY, BASE_URL_ENV: emu.openai_base_url}
+    env.pop("PYTHONPATH", None)
     done = subprocess.run(
         [sys.executable, str(boot), "run", str(config)],
         capture_output=True, text=True, env=env, timeout=120,
@@ -458,10 +457,13 @@ def test_a_slurm_job_script_exports_the_providers_registered_at_runtime(tmp_path
 
     env = shard_env(load_mmirage_config(write_config(tmp_path), env={}))
     assert json.loads(env[FORWARDED_ENV]) == {
-        "mistral": {
-            "adapter": f"{__name__}:MistralBatchAdapter",
-            "config": f"{__name__}:MistralBatchConfig",
-        }
+        "providers": {
+            "mistral": {
+                "adapter": f"{__name__}:MistralBatchAdapter",
+                "config": f"{__name__}:MistralBatchConfig",
+            }
+        },
+        "paths": [str(Path(__file__).parent)],  # where the shard finds this module
     }
     spec = JobSpec(tmp_path / "c.yaml", (0, 1), tmp_path, env=tuple(env.items()))
     script = render_job_script(ExecutionParams(mode="slurm", account="a"), spec)
@@ -471,3 +473,24 @@ def test_a_slurm_job_script_exports_the_providers_registered_at_runtime(tmp_path
     openai_only = load_mmirage_config(write_config(tmp_path), env={})
     openai_only.processors[0].provider_config.provider = "openai"  # type: ignore[attr-defined]
     assert shard_env(openai_only) == {}  # only the providers the config uses travel
+
+
+def test_a_forwarded_provider_replaces_a_built_in_name_and_a_missing_one_is_one_sentence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a shard process: a custom class under a built-in's name wins over the built-in, as in
+    the process that registered it; a module that cannot be imported here names the fix."""
+    from mmirage.config.plugins import FORWARDED_ENV
+    from mmirage.errors import UserError
+
+    forwarded = {
+        "openai": {"config": f"{__name__}:MistralBatchConfig"},
+        "gone": {"config": "no_such_module_here:Config"},
+    }
+    monkeypatch.setenv(FORWARDED_ENV, json.dumps({"providers": forwarded, "paths": []}))
+    try:
+        assert BatchProviderConfigRegistry.get_config_cls("openai") is MistralBatchConfig
+        with pytest.raises(UserError, match=r"batch provider 'gone' was registered .*PYTHONPATH"):
+            BatchProviderConfigRegistry.get_config_cls("gone")
+    finally:
+        BatchProviderConfigRegistry.clear()

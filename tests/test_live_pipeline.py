@@ -230,6 +230,19 @@ async def test_a_validator_that_crashes_fails_its_item_not_the_batch(emulator: A
     assert len(results) == 5 and all(r.ok for r in results.values())
 
 
+async def test_numpy_numbers_in_an_items_sampling_are_sent_as_json_numbers(
+    emulator: Any,
+) -> None:
+    import numpy as np
+
+    sweep = [
+        BatchItem(f"t{i}", [Message.user("x")], sampling={"temperature": np.float64(t)})
+        for i, t in enumerate(np.linspace(0, 1, 3))
+    ]
+    results = [r async for r in make_llm(emulator).batch_stream(sweep)]
+    assert len(results) == 3 and all(r.ok for r in results)
+
+
 async def test_complete_single_call(emulator: Any) -> None:
     llm = make_llm(emulator)
     text = await llm.complete("Say hi")

@@ -63,7 +63,9 @@ class HttpTransport:
         session = self._session or self._open()
         # try/except rather than the _errors() context manager: one generator less per request.
         try:
-            async with session.post(self.base_url + path, data=orjson.dumps(body)) as response:
+            # numpy scalars in an item's sampling (a parameter sweep) are plain JSON numbers.
+            data = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+            async with session.post(self.base_url + path, data=data) as response:
                 raw = await response.read()
                 return response.status, response.headers, self._body(response.status, raw)
         except (TimeoutError, aiohttp.ClientError) as exc:

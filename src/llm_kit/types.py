@@ -170,12 +170,15 @@ class BatchItem:
                 f"BatchItem {self.id!r}: response_model must be a pydantic BaseModel subclass, "
                 f"got {model!r}"
             )
-        # Both are sent or written as JSON: a value that is not (a numpy integer) fails here,
-        # naming the item, not in the middle of a batch.
-        for name, value in (("metadata", self.metadata), ("sampling", self.sampling)):
+        # Both are sent or written as JSON: a value that is not fails here, naming the item,
+        # not in the middle of a batch (numpy scalars are sent as numbers).
+        for name, value, option in (
+            ("metadata", self.metadata, 0),
+            ("sampling", self.sampling, orjson.OPT_SERIALIZE_NUMPY),
+        ):
             if value:
                 try:
-                    orjson.dumps(value)
+                    orjson.dumps(value, option=option)
                 except TypeError as exc:
                     raise ConfigError(
                         f"BatchItem {self.id!r}: {name} must be JSON-serialisable ({exc})"

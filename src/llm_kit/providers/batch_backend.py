@@ -106,7 +106,8 @@ class BatchBackend(ABC):
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
         """One request as a spool line (ending in a newline)."""
-        return orjson.dumps(self.frame(custom_id, body), option=orjson.OPT_APPEND_NEWLINE)
+        framed = self.frame(custom_id, body)
+        return orjson.dumps(framed, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
 
     async def create(self, chunk: Chunk) -> ProviderBatch:
         """Upload the chunk (when the provider takes files) and create the batch."""

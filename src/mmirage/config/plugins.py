@@ -20,9 +20,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from mmirage.errors import UserError
 
@@ -96,12 +98,14 @@ def load_processor_plugins(*, installed: bool = True) -> None:
 
 def forwarded_providers(registered: Mapping[str, Mapping[str, type]]) -> dict[str, str]:
     """The environment that carries ``registered`` ({provider: {"config"|"adapter": class}},
-    the custom ones of this process) to a shard process; ``{}`` when there are none. A class a
-    new process cannot import (defined in a script run as ``__main__``, or in a function) is a
-    ``UserError`` naming it."""
+    the custom ones of this process) to a shard process; ``{}`` when there are none. The
+    folders their modules were imported from travel too (a shard process starts elsewhere, or
+    without the bootstrap script's folder on its path). A class a new process cannot import
+    (defined in a script run as ``__main__``, or in a function) is a ``UserError`` naming it."""
     if not registered:
         return {}
-    paths: dict[str, dict[str, str]] = {}
+    providers: dict[str, dict[str, str]] = {}
+    roots: list[str] = []
     for name, classes in registered.items():
         for kind, cls in classes.items():
             if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
@@ -111,23 +115,46 @@ def forwarded_providers(registered: Mapping[str, Mapping[str, type]]) -> dict[st
                     ", which the shard processes this run starts cannot import: define its "
                     "classes in a module (they are registered from there in each process)"
                 )
-            paths.setdefault(name, {})[kind] = f"{cls.__module__}:{cls.__qualname__}"
-    return {FORWARDED_ENV: json.dumps(paths, sort_keys=True)}
+            providers.setdefault(name, {})[kind] = f"{cls.__module__}:{cls.__qualname__}"
+            root = _import_root(cls.__module__)
+            if root is not None and root not in roots:
+                roots.append(root)
+    return {FORWARDED_ENV: json.dumps({"providers": providers, "paths": roots}, sort_keys=True)}
+
+
+def _import_root(module: str) -> str | None:
+    """The folder on ``sys.path`` that ``module``'s top-level package was imported from."""
+    top = sys.modules.get(module.partition(".")[0])
+    where = getattr(top, "__file__", None)
+    if not where:
+        return None
+    path = Path(where).resolve()
+    return str(path.parent.parent if path.name == "__init__.py" else path.parent)
 
 
 def forwarded_class(name: str, kind: str) -> type | None:
     """The ``kind`` ("config" or "adapter") class of provider ``name`` that the process which
-    started this one registered (``forwarded_providers``), imported; ``None``: none was."""
+    started this one registered (``forwarded_providers``), imported; ``None``: none was. One
+    that cannot be imported here is a ``UserError`` naming it."""
     try:
-        path = json.loads(os.environ.get(FORWARDED_ENV) or "{}").get(name, {}).get(kind)
-    except (ValueError, AttributeError):
+        forwarded = json.loads(os.environ.get(FORWARDED_ENV) or "{}")
+        path = forwarded["providers"][name][kind]
+    except (ValueError, KeyError, TypeError):
         return None
-    if not path:
-        return None
+    for root in forwarded.get("paths") or ():
+        if root not in sys.path:
+            sys.path.append(root)
     module, _, qualname = path.partition(":")
-    found: object = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part)
+    try:
+        found: object = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(
+            f"batch provider '{name}' was registered by the process that started this shard "
+            f"with {path} ({FORWARDED_ENV}), which cannot be imported here ({exc}); install "
+            "its module where the shards run, or put its folder on PYTHONPATH"
+        ) from None
     return found if isinstance(found, type) else None
 
 

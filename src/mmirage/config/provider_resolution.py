@@ -64,8 +64,11 @@ class BatchProviderConfigRegistry:
     def get_config_cls(cls, name: str) -> type[BatchProviderConfig]:
         cls._add_built_ins()
         key = normalize_provider_name(name)
-        if key not in cls._registry and (forwarded := forwarded_class(key, "config")):
-            cls.register(key, forwarded)  # registered by the process that started this one
+        # Registered by the process that started this one (a built-in's name included).
+        if cls._registry.get(key) in (None, _BUILT_INS.get(key)) and (
+            forwarded := forwarded_class(key, "config")
+        ):
+            cls.register(key, forwarded)
         try:
             return cls._registry[key]
         except KeyError:

@@ -148,8 +148,9 @@ def require_batches(scan: ReceiptScan, paths: Sequence[str] = ()) -> None:
     if scan.other_pipelines:
         raise CollectorError(
             f"the {len(scan.other_pipelines)} batch(es) the receipts name belong to another "
-            "pipeline sharing metadata_output_path; use its configuration, or run this one "
-            "first"
+            "pipeline sharing metadata_output_path (its datasets' output_dir or num_shards "
+            "differ from this configuration's): merge with the configuration that submitted "
+            "them"
         )
     named = ", ".join(paths) or "the receipt files"
     raise CollectorError(
