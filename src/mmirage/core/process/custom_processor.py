@@ -163,7 +163,10 @@ class CustomProcessor(Processor):
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         problem = self._start_pool()
         if problem:
-            self._shutdown(kill=True)
+            # Its workers answered and wait idle: stopped in order, so that no management
+            # thread or semaphore outlives the error (the resource tracker would warn about it
+            # on stderr after the one-sentence error, now and then).
+            self._shutdown(kill=False)
             raise ConfigError(self.source, *problem)
 
     # -- pool lifecycle ------------------------------------------------------------------
@@ -183,6 +186,7 @@ class CustomProcessor(Processor):
         try:
             problems = [p.result(timeout=_WARMUP_TIMEOUT_S) for p in probes]
         except Exception as exc:  # a worker died or hung while importing the script
+            self._shutdown(kill=True)
             return "script_path", f"{self.script} could not be loaded: {type(exc).__name__}: {exc}"
         return next((p for p in problems if p), None)
 
