@@ -322,11 +322,11 @@ def test_export_path_naming() -> None:
     assert str(export_file("/tmp/out", "a4f9c2")) == "/tmp/out/exported_prompts.a4f9c2.jsonl"
 
 
-def test_rows_with_missing_images_fail_alone(tmp_path: Path, ledger: Path) -> None:
-    write_dataset(tmp_path / "a.jsonl", 3, image=str(tmp_path / "nope.png"))
-    cfg = load_mmirage_config_dict(
+def image_pipeline(tmp_path: Path, processor: dict[str, Any]) -> Any:
+    """A batch_api caption of each row's image (``img``, under ``tmp_path``) into ``img_out``."""
+    return load_mmirage_config_dict(
         {
-            "processors": [{"type": "batch_api", "provider": "ledger"}],
+            "processors": [{"type": "batch_api", **processor}],
             "loading_params": {
                 "state_dir": str(tmp_path / "state2"),
                 "output_format": "jsonl",
@@ -349,7 +349,11 @@ def test_rows_with_missing_images_fail_alone(tmp_path: Path, ledger: Path) -> No
             },
         }
     )
-    run_shard(cfg, 0)
+
+
+def test_rows_with_missing_images_fail_alone(tmp_path: Path, ledger: Path) -> None:
+    write_dataset(tmp_path / "a.jsonl", 3, image=str(tmp_path / "nope.png"))
+    run_shard(image_pipeline(tmp_path, {"provider": "ledger"}), 0)
     rows = [json.loads(x) for x in (tmp_path / "img_out" / "shard-0-of-1.jsonl").open()]
     assert len(rows) == 3
     assert all(r["__errors__"] and "nope.png" in json.dumps(r["__errors__"]) for r in rows)
@@ -361,33 +365,9 @@ def test_an_image_the_provider_refuses_fails_its_row_naming_the_request_once(
 ) -> None:
     (tmp_path / "pic.bmp").write_bytes(b"BM" + bytes(60))  # Anthropic takes no BMP
     write_dataset(tmp_path / "a.jsonl", 1, image="pic.bmp")
-    cfg = load_mmirage_config_dict(
-        {
-            "processors": [{"type": "batch_api", "provider": "anthropic", "model": "claude"}],
-            "loading_params": {
-                "state_dir": str(tmp_path / "state"),
-                "output_format": "jsonl",
-                "datasets": [
-                    {
-                        "path": str(tmp_path / "a.jsonl"),
-                        "type": "JSONL",
-                        "output_dir": str(tmp_path / "out"),
-                        "image_base_path": str(tmp_path),
-                    }
-                ],
-            },
-            "processing_params": {
-                "inputs": [
-                    {"name": "q", "key": "q"},
-                    {"name": "img", "key": "img", "type": "image"},
-                ],
-                "outputs": [{"name": "cap", "type": "batch_api", "prompt": "Describe {{ q }}"}],
-                "output_schema": {"cap": "{{ cap }}"},
-            },
-        }
-    )
+    cfg = image_pipeline(tmp_path, {"provider": "anthropic", "model": "claude"})
     run_shard(cfg, 0, export_prompts=str(tmp_path / "prompts.jsonl"))
-    (row,) = [json.loads(x) for x in (tmp_path / "out" / "shard-0-of-1.jsonl").open()]
+    (row,) = [json.loads(x) for x in (tmp_path / "img_out" / "shard-0-of-1.jsonl").open()]
     error = row["__errors__"]["cap"]
     assert error.startswith("request 'cap-multimodal-0': ") and "image/bmp" in error
     assert error.count("cap-multimodal-0") == 1

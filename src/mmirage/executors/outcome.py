@@ -47,18 +47,18 @@ def stats_json(per_shard: list[dict[str, Any]], *, tokens_known: bool) -> dict[s
     """``--stats``: the shards' reports and their totals. Without ``tokens_known`` (batch
     outputs, counted only by the merge) tokens are null, not a misleading zero."""
     keys = ("rows_done", "rows_failed", "input_tokens", "output_tokens")
+    totals: dict[str, int | None] = {
+        f"total_{k}": sum(int(r.get(k) or 0) for r in per_shard) for k in keys
+    }
     if not tokens_known:
-        per_shard = [{**r, "input_tokens": None, "output_tokens": None} for r in per_shard]
+        unknown = {"input_tokens": None, "output_tokens": None}
+        per_shard = [{**r, **unknown} for r in per_shard]
+        totals.update({f"total_{k}": None for k in unknown})
     return {
         "per_shard": per_shard,
         "aggregate": {
             "shards": len(per_shard),
-            **{
-                f"total_{k}": sum(int(r.get(k) or 0) for r in per_shard)
-                if tokens_known or not k.endswith("_tokens")
-                else None
-                for k in keys
-            },
+            **totals,
             "sum_runtime_seconds": round(
                 sum(float(r.get("runtime_seconds") or 0.0) for r in per_shard), 3
             ),
