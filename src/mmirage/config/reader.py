@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,6 @@ from mmirage.config.models import MMirageConfig, ProcessorSelectionError, select
 from mmirage.config.plugins import load_processor_plugins, load_provider_plugins
 from mmirage.config.processing_params import (
     OUTPUT_TYPES,
-    BatchApiOutput,
-    ImageGenOutput,
     InputVar,
     OutputVar,
     ProcessingParams,
@@ -47,12 +44,11 @@ from mmirage.config.provider_resolution import (
     UnknownBatchProviderError,
     normalize_provider_name,
 )
-from mmirage.config.templates import TemplateProblem, strings_in, undeclared_names
+from mmirage.config.template_checks import check_templates
 from mmirage.config.validation import build, describe_value, unknown_key_problem
 
 _SECTIONS = ("processors", "loading_params", "processing_params", "execution_params")
 _REQUIRED_SECTIONS = _SECTIONS[:3]
-_TEMPLATE_FIELDS = ("prompt", "negative_prompt", "filename_template")
 
 
 def load_mmirage_config(
@@ -118,7 +114,7 @@ def load_mmirage_config_dict(
     )
 
     _check_processor_selection(processors, processing.outputs, source)
-    _check_templates(processing, source)
+    check_templates(processing, source)
     if loading.state_dir is None:
         loading.state_dir = default_state_dir(config_path, data, env)
     return MMirageConfig(processors, loading, processing, execution, config_path=config_path)
@@ -332,69 +328,3 @@ def _check_processor_selection(
             raise ConfigError(
                 source, f"processing_params.outputs[{index}].{field}", str(exc)
             ) from None
-
-
-def _check_templates(params: ProcessingParams, source: str) -> None:
-    """Every Jinja name must be an input or an earlier output (rendering "" would hide a typo
-    in every row)."""
-    known = [v.name for v in params.inputs]
-    batch: list[str] = []  # batch_api outputs: their values exist only after merge
-    for index, output in enumerate(params.outputs):
-        builtins = (
-            ImageGenOutput.BUILTIN_VARIABLES if isinstance(output, ImageGenOutput) else frozenset()
-        )
-        for field in _TEMPLATE_FIELDS:
-            text = getattr(output, field, None)
-            if isinstance(text, str):
-                where = f"processing_params.outputs[{index}].{field}"
-                _check_template(text, set(known) | builtins, where, source)
-                _check_no_batch_input(text, batch, where, source)
-        known.append(output.name)
-        if isinstance(output, BatchApiOutput):
-            _check_batch_output_name(output.name, index, source)
-            batch.append(output.name)
-    for sub, text in strings_in(params.output_schema):
-        _check_template(
-            text, set(known), format_path(("processing_params", "output_schema", *sub)), source
-        )
-
-
-def _check_no_batch_input(text: str, batch: list[str], where: str, source: str) -> None:
-    used = sorted(undeclared_names(text) & set(batch))
-    if used:
-        raise ConfigError(
-            source,
-            where,
-            f"uses '{used[0]}', a batch_api output whose value only exists after "
-            "'mmirage merge'; compute this output in a second pipeline over the merged file",
-        )
-
-
-_BATCH_OUTPUT_NAME = re.compile(r"^[A-Za-z0-9_]{1,40}$")
-
-
-def _check_batch_output_name(name: str, index: int, source: str) -> None:
-    # The name starts every custom_id, which Anthropic limits to ^[A-Za-z0-9_-]{1,64}$.
-    if not _BATCH_OUTPUT_NAME.match(name):
-        raise ConfigError(
-            source,
-            f"processing_params.outputs[{index}].name",
-            f"'{name}' cannot start a batch custom_id; use at most 40 letters, digits or "
-            "underscores",
-        )
-
-
-def _check_template(text: str, known: set[str], where: str, source: str) -> None:
-    try:
-        missing = undeclared_names(text) - known
-    except TemplateProblem as exc:
-        raise ConfigError(source, where, str(exc)) from None
-    if missing:
-        names = ", ".join(f"'{n}'" for n in sorted(missing))
-        available = ", ".join(sorted(known)) or "none"
-        raise ConfigError(
-            source,
-            where,
-            f"uses {names}, which is neither an input nor an earlier output; "
-            f"available here: {available}",
-        )

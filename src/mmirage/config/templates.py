@@ -1,4 +1,5 @@
-"""Jinja templates are checked at load: syntax, and every name they use must exist.
+"""Jinja templates are checked at load: syntax, every name they use must exist, and the field
+paths they read (``{{ label.sentiment }}``) are found for checking against declared JSON fields.
 
 A template that only substitutes names (``Summarise: {{ text }}``, the common prompt) is a
 ``Substitution``: checked, and rendered, without importing Jinja (~35 ms of every start-up).
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mmirage.errors import MmirageError
 
 if TYPE_CHECKING:
-    from jinja2 import Environment
+    from jinja2 import Environment, nodes
 
 # The names of jinja2.defaults.DEFAULT_NAMESPACE: Jinja's globals, not a row's variables.
 JINJA_GLOBALS = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace"})
@@ -37,17 +38,108 @@ def undeclared_names(template: str) -> set[str]:
     simple = substitution(template)
     if simple is not None:
         return set(simple.names) - JINJA_GLOBALS
-    from jinja2 import TemplateSyntaxError, meta
+    from jinja2 import meta
 
-    env = _environment()
+    return set(meta.find_undeclared_variables(_parse(template))) - set(_environment().globals)
+
+
+def _parse(template: str) -> nodes.Template:
+    # Not cached: meta.find_undeclared_variables folds constants in the tree it is given.
+    from jinja2 import TemplateSyntaxError
+
     try:
-        ast = env.parse(template)
+        return _environment().parse(template)
     except TemplateSyntaxError as exc:
         reason = (exc.message or "syntax error").rstrip(".")
         raise TemplateProblem(
             f"is not a valid Jinja template ({reason}, line {exc.lineno})"
         ) from None
-    return set(meta.find_undeclared_variables(ast)) - set(env.globals)
+
+
+# One step of a field path: a key (``.x``, ``["x"]``), a list index (``[0]``), or ``None``: a
+# subscript known only per row (``[i]``, ``[n - 1]``).
+Step = str | int | None
+FieldPath = tuple[str, tuple[Step, ...]]  # the variable, then the steps read into it
+# A chain under these may be missing on purpose (``x.y | default("")``, ``x.y is defined``).
+_MAY_BE_MISSING = frozenset({"default", "d", "defined", "undefined"})
+
+
+def field_paths(template: str) -> list[FieldPath]:
+    """The field paths a template reads from its context's variables: ``{{ a.b[0].c }}`` gives
+    ``("a", ("b", 0, "c"))``. Left out, so a check never blames what may be right: a name the
+    template assigns itself (``{% for %}``, ``{% set %}``, macro arguments), a chain under a slice
+    (cut there), and any path at or below one guarded by ``default`` or ``is defined``."""
+    if substitution(template) is not None:
+        return []  # names only, no fields
+    from jinja2 import nodes
+
+    ast = _parse(template)
+    assigned = {n.name for n in ast.find_all(nodes.Name) if n.ctx != "load"}
+    found: list[FieldPath] = []
+    guarded: list[FieldPath] = []
+    _collect(ast, found, guarded, guarding=False)
+    return [
+        path
+        for path in dict.fromkeys(found)
+        if path[0] not in assigned
+        and not any(g[0] == path[0] and path[1][: len(g[1])] == g[1] for g in guarded)
+    ]
+
+
+def _collect(
+    node: nodes.Node, found: list[FieldPath], guarded: list[FieldPath], *, guarding: bool
+) -> None:
+    from jinja2 import nodes
+
+    if isinstance(node, nodes.Getattr | nodes.Getitem):
+        root, steps, inner = _chain(node)
+        if isinstance(root, nodes.Name) and root.ctx == "load":
+            (guarded if guarding else found).append((root.name, steps))
+        else:
+            inner.append(root)
+        for child in inner:  # subscripts and a computed root hold chains of their own
+            _collect(child, found, guarded, guarding=False)
+        return
+    protected: nodes.Node | None = None  # the value a default/defined may find missing
+    if isinstance(node, nodes.Filter | nodes.Test) and node.name in _MAY_BE_MISSING:
+        protected = node.node
+    for child in node.iter_child_nodes():
+        inside = child is protected or (guarding and protected is None)
+        _collect(child, found, guarded, guarding=inside)
+
+
+def _chain(node: nodes.Expr) -> tuple[nodes.Expr, tuple[Step, ...], list[nodes.Node]]:
+    """``a.b[0]`` → (``a``, ("b", 0), expressions inside its subscripts)."""
+    from jinja2 import nodes
+
+    outer_first: list[Step] = []
+    inner: list[nodes.Node] = []
+    while isinstance(node, nodes.Getattr | nodes.Getitem):
+        if isinstance(node, nodes.Getattr):
+            outer_first.append(node.attr)
+        elif isinstance(node.arg, nodes.Slice):
+            outer_first.clear()  # a slice of a list is a list, not an item: stop before it
+            inner.append(node.arg)
+        elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str | int):
+            value = node.arg.value
+            outer_first.append(None if isinstance(value, bool) else value)
+        elif (index := _negative_index(node.arg)) is not None:
+            outer_first.append(index)
+        else:
+            outer_first.append(None)
+            inner.append(node.arg)
+        node = node.node
+    return node, tuple(reversed(outer_first)), inner
+
+
+def _negative_index(arg: nodes.Expr) -> int | None:
+    """``-1`` in ``[-1]`` (Jinja parses it as the negation of 1)."""
+    from jinja2 import nodes
+
+    if isinstance(arg, nodes.Neg) and isinstance(arg.node, nodes.Const):
+        value = arg.node.value
+        return -value if type(value) is int else None
+    return None
 
 
 @dataclass(frozen=True)
