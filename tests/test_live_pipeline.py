@@ -203,8 +203,10 @@ async def test_validation_failure_is_retried_then_recorded(emulator: Any) -> Non
     llm = make_llm(emulator, validation_retries=2)
     before = emulator.stats()["requests"]
     result = await llm.run_item(BatchItem("v", [Message.user("x")], response_model=Picky))
-    assert not result.ok and result.error_kind == "validation" and result.retryable
+    # Re-asked with what was wrong, then failed for good: a rerun would buy the same answer.
+    assert not result.ok and result.error_kind == "validation" and not result.retryable
     assert result.attempts == 3  # the first try and two validation retries
+    assert result.finish_reason == "stop"
     assert emulator.stats()["requests"] - before == 3
     assert "picky" in (result.error or "")
     await llm.aclose()

@@ -218,14 +218,19 @@ class BatchResult:
     metadata: dict[str, Any] = field(default_factory=dict)
     """The item's metadata, untouched."""
     error_kind: str | None = None
-    """Names the failure: `rate_limit`, `http_400`, `validation`, `refusal`, `invalid_item`,
-    `expired` ..."""
+    """Names the failure: `rate_limit`, `http_400`, `validation` (the answer missed the
+    `response_model`, re-asks included), `truncated` (a JSON answer cut at the token limit),
+    `refusal`, `invalid_item`, `expired` ..."""
     retryable: bool = False
-    """Whether running the item again may succeed."""
+    """Whether running the item again may succeed (a rate limit, a server error, a timeout);
+    never for `validation`, `truncated` or `refusal`: the same request would buy the same
+    answer again."""
     attempts: int = 1
     """Requests made for the item (retries included)."""
     finish_reason: str | None = None
-    """Why generation stopped, in the provider's words (`stop`, `length`, `end_turn` ...)."""
+    """Why generation stopped, in the provider's words (`stop`, `length`, `end_turn`,
+    `max_tokens`, `MAX_TOKENS` ...), on failures that had an answer too; `None` when no answer
+    came."""
 
     def to_dict(self) -> dict[str, Any]:
         """The result as one JSON-ready dict (the line `batch_to_jsonl` writes)."""
@@ -320,6 +325,9 @@ class Completion:
     usage: Usage
     finish_reason: str | None = None
     refusal: str | None = None
+    # Whether the token limit stopped the answer: the codec reads it from ``finish_reason``
+    # (each provider has its own word for it: ``length``, ``max_tokens``, ``MAX_TOKENS``).
+    cut: bool = False
 
 
 @dataclass(slots=True)

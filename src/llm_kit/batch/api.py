@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from llm_kit import jsonl
+from llm_kit.answers import max_tokens_of
 from llm_kit.backends import Backend, HttpBackend
 from llm_kit.batch import runner
 from llm_kit.batch.job import BatchJob, BatchJobStatus
@@ -171,7 +172,8 @@ class BatchAPI:
             BatchNotFinishedError: some of the job's batches are still running.
         """
         models = runner.models_of(items)
-        async for result in runner.fetch(self._check_job(job), job, models):
+        limit = max_tokens_of(self.sampling)
+        async for result in runner.fetch(self._check_job(job), job, models, limit):
             yield result
 
     @closes_after
@@ -193,10 +195,11 @@ class BatchAPI:
         """Send again, as new batches of the same job, every item whose outcome is a retryable
         failure (errored, expired, canceled, missing, not submitted), or only those whose
         ``error_kind`` is in ``kinds``. Returns how many were resubmitted. The requests come
-        from the job's spool files, or from ``items`` when given (then answers that failed
-        their response_model count as failures too). ``on_created`` runs before and after each
-        new batch (to save the handle). Batches an interrupted creation left at the provider
-        (``job.intents``) are found and adopted first, never paid for twice.
+        from the job's spool files, or from ``items`` when given. An answer that missed its
+        response_model (``validation``, ``truncated``) is never resubmitted: the same request
+        would buy the same answer. ``on_created`` runs before and after each new batch (to save
+        the handle). Batches an interrupted creation left at the provider (``job.intents``) are
+        found and adopted first, never paid for twice.
 
         Args:
             job: the job to complete; its new batches are added to it.
@@ -302,7 +305,8 @@ class BatchAPI:
                 break
             rounds += 1
         backend = self._check_job(job)
-        written, _ = await jsonl.append_results(out, runner.fetch(backend, job, models))
+        results = runner.fetch(backend, job, models, max_tokens_of(self.sampling))
+        written, _ = await jsonl.append_results(out, results)
         # The output now holds every item of the job: the handle has done its work.
         job_path.replace(out.with_name(out.name + ".job.done.json"))
         if job.spool_dir and Path(job.spool_dir).is_dir():

@@ -17,18 +17,14 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from llm_kit.answers import judge
 from llm_kit.batch.job import BatchJob, Intent, JobState, ProviderBatch
 from llm_kit.batch.orphans import find_orphan, new_tag, settle
-from llm_kit.errors import (
-    BatchNotFinishedError,
-    ConfigError,
-    ItemError,
-    ResponseValidationError,
-)
+from llm_kit.errors import BatchNotFinishedError, ConfigError, ItemError
 from llm_kit.pipeline import Items
 from llm_kit.providers.base import Codec
 from llm_kit.providers.batch_backend import BatchBackend, BatchLimits, Chunk, Outcome
-from llm_kit.schema import parse_response, response_schema
+from llm_kit.schema import response_schema
 from llm_kit.types import BatchItem, BatchResult
 
 logger = logging.getLogger(__name__)
@@ -230,9 +226,10 @@ async def fetch(
     backend: BatchBackend,
     job: BatchJob,
     models: Mapping[str, type[BaseModel]],
+    max_tokens: int | None = None,
 ) -> AsyncIterator[BatchResult]:
     """One BatchResult per item of the job (see ``outcomes``)."""
-    async for _, result in outcomes(backend, job, models):
+    async for _, result in outcomes(backend, job, models, max_tokens):
         yield result
 
 
@@ -240,8 +237,10 @@ async def outcomes(
     backend: BatchBackend,
     job: BatchJob,
     models: Mapping[str, type[BaseModel]],
+    max_tokens: int | None = None,
 ) -> AsyncIterator[tuple[int, BatchResult]]:
     """(position, BatchResult) per item: its latest outcome, never a success overwritten.
+    ``max_tokens``: the answers' token limit, named in a ``truncated`` failure when known.
 
     A result of an item that a later (resubmitted) batch also holds is skipped: the later batch
     decides. Items without any result end as errors that say why (batch failed, expired,
@@ -269,7 +268,7 @@ async def outcomes(
                 if not 0 <= index < size or owner[index] != number or seen[index]:
                     continue  # superseded, foreign or repeated
                 seen[index] = 1
-                yield index, _result(job, index, outcome, models)
+                yield index, _result(job, index, outcome, models, max_tokens)
     for index, reason in job.rejected.items():
         yield index, _failure(job, index, reason, "invalid_item", retryable=False)
     for number, batch in enumerate(job.batches):
@@ -296,7 +295,11 @@ def _missing_reason(batch: ProviderBatch) -> tuple[str, str]:
 
 
 def _result(
-    job: BatchJob, index: int, outcome: Outcome, models: Mapping[str, type[BaseModel]]
+    job: BatchJob,
+    index: int,
+    outcome: Outcome,
+    models: Mapping[str, type[BaseModel]],
+    max_tokens: int | None,
 ) -> BatchResult:
     item_id = job.item_ids[index]
     if outcome.completion is None:
@@ -304,21 +307,16 @@ def _result(
             job, index, outcome.error or "failed", outcome.kind or "errored", outcome.retryable
         )
     completion = outcome.completion
-    response: Any = completion.text
-    model = models.get(item_id)
-    if completion.refusal:
-        return _failure(job, index, f"refused: {completion.refusal}", "refusal", False)
-    if model is not None:
-        try:
-            response = parse_response(completion.text, model)
-        except ResponseValidationError as exc:
-            result = _failure(job, index, str(exc), "validation", retryable=True)
-            result.usage = completion.usage
-            return result
+    # The live pipeline's judgement: a batch has no turn to re-ask in, so a miss is final.
+    verdict = judge(completion, models.get(item_id), max_tokens)
+    if not verdict.ok:  # truncated, validation, refusal: a resubmission buys the same answer
+        result = _failure(job, index, verdict.error or "", verdict.kind or "validation", False)
+        result.usage, result.finish_reason = completion.usage, completion.finish_reason
+        return result
     return BatchResult(
         item_id,
         True,
-        response,
+        verdict.response,
         usage=completion.usage,
         metadata=job.metadata.get(index) or {},
         finish_reason=completion.finish_reason,

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llm_kit.emulator.config import BATCH_OPTIONS, DIALECTS, RESPONDERS, EmulatorConfig
+from llm_kit.emulator.config import (
+    BATCH_OPTIONS,
+    DIALECTS,
+    INVALID_JSON,
+    RESPONDERS,
+    EmulatorConfig,
+)
 from llm_kit.emulator.runner import ready_line
 from llm_kit.emulator.server import serve
 
@@ -47,6 +53,18 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="keep admission times in /_emulator/stats",
+    )
+    add(
+        "--invalid-json",
+        choices=INVALID_JSON,
+        help="JSON answers that miss the requested schema: never (default), first (only before "
+        "any assistant turn: a re-ask succeeds) or always",
+    )
+    add(
+        "--record-requests",
+        action="store_true",
+        default=None,
+        help="keep every live request for /_emulator/requests (tests)",
     )
     for option in BATCH_OPTIONS:
         flags = [option.flag] + ([option.alias] if option.alias else [])

@@ -7,6 +7,9 @@ from typing import Any, Literal, NamedTuple
 
 ResponderName = Literal["echo", "local", "verbatim"]
 RESPONDERS: tuple[ResponderName, ...] = ("echo", "local", "verbatim")
+# When JSON answers miss the requested schema on purpose (responder.OffSchemaResponder).
+InvalidJson = Literal["never", "first", "always"]
+INVALID_JSON: tuple[InvalidJson, ...] = ("never", "first", "always")
 # OpenAI-compatible servers whose structured-output forms the OpenAI endpoint takes (dialects.py).
 DialectName = Literal["openai", "vllm", "llama_server", "llama_cpp_python", "ollama", "plain"]
 DIALECTS: tuple[DialectName, ...] = (
@@ -78,6 +81,13 @@ class EmulatorConfig:
     ``dialect`` makes the OpenAI endpoint take only the structured-output forms of one
     OpenAI-compatible server (``openai``, ``vllm``, ``llama_server``, ``llama_cpp_python``,
     ``ollama``, ``plain``: none) and refuse the others as that server does.
+
+    ``invalid_json`` makes JSON answers miss the requested schema (a JSON array instead of
+    the object): ``always`` (an answer that never validates), ``first`` (only when the
+    conversation holds no assistant turn yet: a re-ask that quotes the bad answer succeeds) or
+    ``never``. ``record_requests`` keeps every live request (its body, and the conversation
+    as the responder saw it) for ``/_emulator/requests``: for tests that check what a client
+    sent; off by default, since a benchmark sends millions.
     """
 
     latency_s: float = 0.0
@@ -99,6 +109,8 @@ class EmulatorConfig:
     batch_create_delay_s: float = 0.0
     batch_damaged_downloads: int = 0
     dialect: DialectName = "openai"
+    invalid_json: InvalidJson = "never"
+    record_requests: bool = False
 
     def __post_init__(self) -> None:
         if self.latency_s < 0 or self.latency_jitter_s < 0:
@@ -111,6 +123,10 @@ class EmulatorConfig:
             raise ValueError(f"responder must be one of {RESPONDERS}, got {self.responder!r}")
         if self.dialect not in DIALECTS:
             raise ValueError(f"dialect must be one of {DIALECTS}, got {self.dialect!r}")
+        if self.invalid_json not in INVALID_JSON:
+            raise ValueError(
+                f"invalid_json must be one of {INVALID_JSON}, got {self.invalid_json!r}"
+            )
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         self._check_batch()
@@ -171,6 +187,10 @@ class EmulatorConfig:
             argv.append(f"--{flag.replace('_', '-')}={getattr(self.faults, target)}")
         if self.record_times:
             argv.append("--record-times")
+        if self.invalid_json != "never":
+            argv.append(f"--invalid-json={self.invalid_json}")
+        if self.record_requests:
+            argv.append("--record-requests")
         for option in BATCH_OPTIONS:
             value = getattr(self, option.field)
             if value is not None:

@@ -109,6 +109,8 @@ class Family(ABC):
             return self.request_error(RequestError("the request body is not valid JSON"))
         except RequestError as error:
             return self.request_error(error)
+        if self.state.recorded is not None:
+            self.state.record(self.name, body, prompt.messages)
 
         headers: Mapping[str, str] = JSON_HEADERS
         if self.limiter is not None:

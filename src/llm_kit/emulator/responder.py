@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from llm_kit.emulator.config import ResponderName
+from llm_kit.emulator.config import InvalidJson, ResponderName
 from llm_kit.emulator.errors import RequestError
 from llm_kit.emulator.schema_value import to_json_schema, value_for_schema
 from llm_kit.errors import ItemError
@@ -21,6 +21,9 @@ from llm_kit.errors import ItemError
 DEFAULT_MAX_TOKENS = 256  # when a request sets none (OpenAI, Gemini)
 IMAGE_TOKENS = 85  # a flat, cheap estimate per image
 _ECHO_CHARS = 200
+_CHARS_PER_TOKEN = 4  # the emulator's flat token estimate
+# What a model that ignores the schema says: JSON, but no object of any schema's fields.
+OFF_SCHEMA_TEXT = '["this answer does not follow the requested schema"]'
 _INSTALL_LOCAL = "pip install 'mmirage[local]'"
 
 
@@ -70,12 +73,12 @@ class Responder(Protocol):
 
 
 class EchoResponder:
-    """ "echo: <last user text>", or a schema-valid JSON value built around that text."""
+    """ "echo: <last user text>", or a schema-valid JSON value built around that text; either
+    cut at ``max_tokens`` (4 characters a token), as a model's answer is, JSON included."""
 
     async def respond(self, prompt: Prompt) -> Reply:
         echo = "echo: " + prompt.last_user_text()[:_ECHO_CHARS]
         value: Any = None
-        truncated = False
         if prompt.schema is not None:
             value = value_for_schema(prompt.schema, echo[:64])
             text = orjson.dumps(value).decode()
@@ -84,10 +87,10 @@ class EchoResponder:
             text = orjson.dumps(value).decode()
         else:
             text = echo
-            limit = 4 * (prompt.max_tokens or DEFAULT_MAX_TOKENS)
-            if len(text) > limit:
-                text, truncated = text[:limit], True
-        return Reply(text, prompt.input_tokens, len(text) // 4 + 1, value, truncated)
+        limit = _CHARS_PER_TOKEN * (prompt.max_tokens or DEFAULT_MAX_TOKENS)
+        if len(text) > limit:  # a cut JSON answer no longer parses: its value is gone too
+            return Reply(text[:limit], prompt.input_tokens, limit // _CHARS_PER_TOKEN, None, True)
+        return Reply(text, prompt.input_tokens, len(text) // _CHARS_PER_TOKEN + 1, value)
 
 
 class VerbatimResponder:
@@ -144,6 +147,30 @@ class LocalResponder:
             value,
             truncated=completion.finish_reason in ("length", "max_tokens"),
         )
+
+
+class OffSchemaResponder:
+    """Another responder whose JSON answers miss the requested schema on purpose
+    (``EmulatorConfig.invalid_json``): ``always``, or only in a conversation with no earlier
+    assistant turn (``first``), so that a re-ask that quotes the bad answer gets a good one."""
+
+    def __init__(self, inner: Responder, mode: InvalidJson) -> None:
+        self.inner = inner
+        self.mode = mode
+
+    async def respond(self, prompt: Prompt) -> Reply:
+        reply = await self.inner.respond(prompt)
+        wants_json = prompt.schema is not None or prompt.json_mode
+        if not wants_json or reply.truncated or not self._misses(prompt):  # a cut stays a cut
+            return reply
+        tokens = len(OFF_SCHEMA_TEXT) // _CHARS_PER_TOKEN + 1
+        return Reply(OFF_SCHEMA_TEXT, reply.input_tokens, tokens)
+
+    def _misses(self, prompt: Prompt) -> bool:
+        if self.mode == "always":
+            return True
+        re_ask = any(m["role"] == "assistant" for m in prompt.messages)
+        return self.mode == "first" and not re_ask
 
 
 _RESPONDERS: dict[str, Callable[[], Responder]] = {

@@ -48,6 +48,7 @@ class EmulatorHandle:
     port: int
     _stats: Callable[[], dict[str, Any]]
     _reset: Callable[[], None]
+    _requests: Callable[[], list[dict[str, Any]]] = list
 
     @property
     def url(self) -> str:
@@ -71,7 +72,14 @@ class EmulatorHandle:
         return self._stats()
 
     def reset_stats(self) -> None:
+        """Zero the counters (and forget the recorded requests)."""
         self._reset()
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The live requests received, oldest first, each ``{"family", "body", "messages"}``
+        (``messages``: the conversation as the responder saw it, ``{"role", "content"}``);
+        only with ``EmulatorConfig(record_requests=True)``, else empty."""
+        return self._requests()
 
 
 @contextlib.contextmanager
@@ -120,9 +128,16 @@ def _in_thread(
         async def reset() -> None:
             state.reset_stats()
 
+        async def recorded() -> list[dict[str, Any]]:
+            return list(state.recorded or [])
+
         try:
             yield EmulatorHandle(
-                host, sock.getsockname()[1], lambda: call(snapshot()), lambda: call(reset())
+                host,
+                sock.getsockname()[1],
+                lambda: call(snapshot()),
+                lambda: call(reset()),
+                lambda: call(recorded()),
             )
         finally:
             call(runner.cleanup())
@@ -147,11 +162,16 @@ def _in_subprocess(
                 data: dict[str, Any] = orjson.loads(reply.read())
                 return data
 
+        def recorded() -> list[dict[str, Any]]:
+            with urllib.request.urlopen(url + "/_emulator/requests", timeout=timeout_s) as reply:
+                data: list[dict[str, Any]] = orjson.loads(reply.read())
+                return data
+
         def reset() -> None:
             request = urllib.request.Request(url + "/_emulator/reset", method="POST")
             urllib.request.urlopen(request, timeout=timeout_s).close()
 
-        yield EmulatorHandle(host, bound, stats, reset)
+        yield EmulatorHandle(host, bound, stats, reset, recorded)
     finally:
         if process.poll() is None:
             process.terminate()
@@ -200,6 +220,12 @@ async def emulator_in_loop(
         sock.close()
         raise
     try:
-        yield EmulatorHandle(host, sock.getsockname()[1], state.stats.snapshot, state.reset_stats)
+        yield EmulatorHandle(
+            host,
+            sock.getsockname()[1],
+            state.stats.snapshot,
+            state.reset_stats,
+            lambda: list(state.recorded or []),
+        )
     finally:
         await runner.cleanup()

@@ -53,6 +53,7 @@ def create_app(config: EmulatorConfig | None = None) -> web.Application:
     gemini_api.add_routes(app, gemini, gemini_actions)
     models_api.add_routes(app, openai, anthropic)
     app.router.add_get("/_emulator/stats", _stats)
+    app.router.add_get("/_emulator/requests", _requests)
     app.router.add_post("/_emulator/reset", _reset)
 
     async def on_shutdown(_: web.Application) -> None:
@@ -68,6 +69,11 @@ def create_app(config: EmulatorConfig | None = None) -> web.Application:
 
 async def _stats(request: web.Request) -> web.Response:
     return json_response(request.app[STATE].stats.snapshot())
+
+
+async def _requests(request: web.Request) -> web.Response:
+    """The live requests kept with ``record_requests`` (an empty list without it)."""
+    return json_response(request.app[STATE].recorded or [])
 
 
 async def _reset(request: web.Request) -> web.Response:

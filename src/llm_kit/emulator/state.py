@@ -18,7 +18,7 @@ from llm_kit.emulator.batch.store import BatchStore
 from llm_kit.emulator.config import EmulatorConfig
 from llm_kit.emulator.faults import FaultInjector
 from llm_kit.emulator.limits import FamilyLimiter
-from llm_kit.emulator.responder import Responder, make_responder
+from llm_kit.emulator.responder import OffSchemaResponder, Responder, make_responder
 
 FAMILIES = ("openai", "anthropic", "gemini")
 
@@ -85,6 +85,10 @@ class EmulatorState:
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
         self.responder: Responder = make_responder(config.responder)
+        if config.invalid_json != "never":
+            self.responder = OffSchemaResponder(self.responder, config.invalid_json)
+        # Every live request, when asked for (EmulatorConfig.record_requests); None: not kept.
+        self.recorded: list[dict[str, Any]] | None = [] if config.record_requests else None
         self.faults = FaultInjector(config.faults, config.seed)
         self.stats = Stats(config.record_times)
         self.batches = BatchStore()
@@ -123,5 +127,12 @@ class EmulatorState:
     def stop(self) -> None:
         self._stopping.set()
 
+    def record(self, family: str, body: dict[str, Any], messages: list[dict[str, str]]) -> None:
+        """Keep one live request: its body as sent, and the conversation the responder saw."""
+        if self.recorded is not None:
+            self.recorded.append({"family": family, "body": body, "messages": messages})
+
     def reset_stats(self) -> None:
         self.stats.reset()
+        if self.recorded is not None:
+            self.recorded.clear()

@@ -21,6 +21,7 @@ from llm_kit.providers.base import Backend, Codec
 from llm_kit.providers.registry import (
     ProviderSpec,
     batch_provider_names,
+    cut_finish_reasons,
     get_codec,
     key_from_env,
     provider_names,
@@ -53,6 +54,7 @@ __all__ = [
     "ProviderSpec",
     "RateLimitInfo",
     "batch_provider_names",
+    "cut_finish_reasons",
     "get_codec",
     "key_from_env",
     "provider_names",

@@ -24,6 +24,7 @@ _UNSUPPORTED = frozenset({"seed"})
 class AnthropicCodec(Codec):
     name = "anthropic"
     default_base_url = "https://api.anthropic.com"
+    cut_reasons = frozenset({"max_tokens", "model_context_window_exceeded"})
 
     def path(self, model: str) -> str:
         return "/v1/messages"
@@ -66,6 +67,7 @@ class AnthropicCodec(Codec):
             usage=Usage(usage.get("input_tokens") or 0, usage.get("output_tokens") or 0),
             finish_reason=stop,
             refusal="the model refused to answer" if stop == "refusal" else None,
+            cut=stop in self.cut_reasons,
         )
 
     def rate_limits(self, headers: Mapping[str, str]) -> RateLimitInfo | None:

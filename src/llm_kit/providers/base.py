@@ -38,6 +38,9 @@ class Codec(ABC):
     # Whether the server may be any OpenAI-compatible one, each with its own way of taking a
     # response schema (llm_kit.dialects).
     speaks_dialects: ClassVar[bool] = False
+    # The provider's finish reasons that mean "stopped by the token limit": ``decode`` sets
+    # ``Completion.cut`` from them (a JSON answer so cut is ``truncated``, never re-asked).
+    cut_reasons: ClassVar[frozenset[str]] = frozenset()
 
     @abstractmethod
     def path(self, model: str) -> str:

@@ -30,6 +30,7 @@ _GENERATION_KEYS = {
 class GeminiCodec(Codec):
     name = "gemini"
     default_base_url = "https://generativelanguage.googleapis.com"
+    cut_reasons = frozenset({"MAX_TOKENS"})
 
     def path(self, model: str) -> str:
         model = model.removeprefix("models/")
@@ -79,10 +80,12 @@ class GeminiCodec(Codec):
         candidate = candidates[0]
         parts = (candidate.get("content") or {}).get("parts") or []
         texts = [p["text"] for p in parts if "text" in p and not p.get("thought")]
+        finish_reason = candidate.get("finishReason")
         return Completion(
             text="".join(texts) if texts else None,
             usage=tokens,
-            finish_reason=candidate.get("finishReason"),
+            finish_reason=finish_reason,
+            cut=finish_reason in self.cut_reasons,
         )
 
     def rate_limits(self, headers: Mapping[str, str]) -> RateLimitInfo | None:

@@ -13,6 +13,9 @@ from llm_kit.providers.registry import ProviderSpec, register_provider
 from llm_kit.schema import ResponseSchema
 from llm_kit.types import Completion, Message
 
+# llama.cpp's word for an answer stopped by max_tokens (as OpenAI's).
+CUT_REASONS = frozenset({"length"})
+
 
 class LocalBackend(Backend):
     """The embedded llama.cpp model. Text only: image parts are dropped (it cannot see)."""
@@ -30,7 +33,7 @@ class LocalBackend(Backend):
     ) -> Completion:
         max_tokens = sampling.get("max_tokens") or sampling.get("max_completion_tokens")
         stop = sampling.get("stop")
-        return await self.engine.complete(
+        completion = await self.engine.complete(
             messages,
             max_tokens=max_tokens,
             temperature=sampling.get("temperature"),
@@ -39,6 +42,8 @@ class LocalBackend(Backend):
             stop=[stop] if isinstance(stop, str) else stop,
             json_schema=schema.schema if schema is not None else None,
         )
+        completion.cut = completion.finish_reason in CUT_REASONS
+        return completion
 
 
 def local_model_path(model: str) -> str:

@@ -17,6 +17,7 @@ class OpenAICodec(Codec):
     name = "openai"
     default_base_url = "https://api.openai.com/v1"
     speaks_dialects = True
+    cut_reasons = frozenset({"length"})
 
     def path(self, model: str) -> str:
         return "/chat/completions"
@@ -50,6 +51,7 @@ class OpenAICodec(Codec):
             usage=Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0),
             finish_reason=choice.get("finish_reason"),
             refusal=message.get("refusal"),
+            cut=choice.get("finish_reason") in self.cut_reasons,
         )
 
     def rate_limits(self, headers: Mapping[str, str]) -> RateLimitInfo | None:

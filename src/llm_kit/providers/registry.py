@@ -87,6 +87,16 @@ def batch_provider_names() -> tuple[str, ...]:
     return tuple(name for name, spec in _PROVIDERS.items() if spec.has_batch_api)
 
 
+def cut_finish_reasons() -> frozenset[str]:
+    """Every HTTP provider's words for "stopped by the token limit" (``Codec.cut_reasons``),
+    for answers read back without their provider (mmirage's batch results store)."""
+    reasons: set[str] = set()
+    for spec in _PROVIDERS.values():
+        if spec.codec is not None:
+            reasons |= spec.codec.cut_reasons
+    return frozenset(reasons)
+
+
 def provider_spec(message_format: str) -> ProviderSpec:
     try:
         return _PROVIDERS[message_format]
@@ -129,6 +139,7 @@ def require_key(message_format: str) -> str:
 __all__ = [
     "ProviderSpec",
     "batch_provider_names",
+    "cut_finish_reasons",
     "get_codec",
     "key_from_env",
     "provider_names",

@@ -99,6 +99,20 @@ _EMULATE_FAULT_OPTIONS = [
     help="Keep admission times in /_emulator/stats.",
 )
 @click.option(
+    "--invalid-json",
+    # The emulator's INVALID_JSON, spelled out (see --dialect).
+    type=click.Choice(["never", "first", "always"]),
+    default=None,
+    help="JSON answers that miss the requested schema [default: never]; first: only before "
+    "any assistant turn (a re-ask succeeds); always: they never validate.",
+)
+@click.option(
+    "--record-requests",
+    is_flag=True,
+    default=None,
+    help="Keep every live request for /_emulator/requests (tests).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=1,

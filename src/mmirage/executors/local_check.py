@@ -47,12 +47,13 @@ def _check_row(shard_id: int, state: str, status: Mapping[str, Any], budget: int
 def check_table(cfg: MMirageConfig, path: Path) -> int:
     """Print the table, the summary and the shards' notes; 0 only when all succeeded."""
     from mmirage.core.shard.health import shard_health
+    from mmirage.core.shard.report import failed_summary
     from mmirage.core.shard.state import SUCCESS
 
     n, max_retries = cfg.loading_params.num_shards, cfg.execution_params.max_retries
     lines = [list(CHECK_HEADER)]
     counts: dict[str, int] = {}
-    rows = failed = 0
+    rows = failed = retryable = 0
     notes: list[str] = []  # in full: the table cuts long errors
     for k in range(n):
         health = shard_health(cfg, k, path)
@@ -60,10 +61,11 @@ def check_table(cfg: MMirageConfig, path: Path) -> int:
         lines.append(_check_row(k, health.state, health.status, max_retries + 1))
         rows += int(health.status.get("rows_done") or 0)
         failed += int(health.status.get("rows_failed") or 0)
+        retryable += int(health.status.get("rows_retryable") or 0)
         notes += health.notes
     print_table(lines)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    click.echo(f"{n} shard(s): {summary}; {rows} rows done, {failed} failed")
+    click.echo(f"{n} shard(s): {summary}; {rows} rows done, {failed_summary(failed, retryable)}")
     for line in notes:
         click.echo(line, err=True)
     return 0 if counts.get(SUCCESS, 0) == n else 1

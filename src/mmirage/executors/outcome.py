@@ -45,11 +45,16 @@ def describe(report: ShardReport) -> str:
 
 def stats_json(per_shard: list[dict[str, Any]], *, tokens_known: bool) -> dict[str, Any]:
     """``--stats``: the shards' reports and their totals. Without ``tokens_known`` (batch
-    outputs, counted only by the merge) tokens are null, not a misleading zero."""
-    keys = ("rows_done", "rows_failed", "input_tokens", "output_tokens")
+    outputs, counted only by the merge) tokens are null, not a misleading zero. Failed rows
+    are also split: ``total_rows_retryable`` (``mmirage retry`` runs them again) and
+    ``total_rows_failed_for_good`` (validation, truncated, refused…: a rerun buys the same)."""
+    keys = ("rows_done", "rows_failed", "rows_retryable", "input_tokens", "output_tokens")
     totals: dict[str, int | None] = {
         f"total_{k}": sum(int(r.get(k) or 0) for r in per_shard) for k in keys
     }
+    totals["total_rows_failed_for_good"] = max(
+        0, (totals["total_rows_failed"] or 0) - (totals["total_rows_retryable"] or 0)
+    )
     if not tokens_known:
         unknown = {"input_tokens": None, "output_tokens": None}
         per_shard = [{**r, **unknown} for r in per_shard]
@@ -92,13 +97,19 @@ def _fail_on_failed_rows(outcomes: list[ShardOutcome]) -> None:
         return
     first = next((r["first_row_error"] for r in reports if r.get("first_row_error")), None)
     example = f" (first: {first})" if first else ""
-    retryable = sum(int(r.get("rows_retryable") or 0) for r in reports)
-    hint = (
-        f"; 'mmirage retry CONFIG' computes again the {retryable} that failed for a retryable "
-        "reason"
-        if retryable
-        else ""
-    )
+    retryable = min(failed, sum(int(r.get("rows_retryable") or 0) for r in reports))
+    hints = []
+    if retryable:
+        hints.append(
+            f"'mmirage retry CONFIG' computes again the {retryable} that failed for a retryable "
+            "reason (rate limit, server error, timeout…)"
+        )
+    if failed - retryable:
+        hints.append(
+            f"{failed - retryable} failed for good (validation, truncated, refused…): a retry "
+            "would buy the same answer; raise max_new_tokens, loosen the schema or fix the input"
+        )
+    hint = "".join(f"; {h}" for h in hints)
     raise WorkFailed(
         f"{failed} row(s) failed{example}; each is published with its reason in __errors__{hint}"
     )

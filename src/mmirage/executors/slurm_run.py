@@ -210,6 +210,8 @@ def resubmit_failed(cfg: MMirageConfig, path: Path, yes: bool, *, id_on_stdout: 
 
 def _check(cfg: MMirageConfig, path: Path, retry: bool, yes: bool) -> int:
     """``mmirage check`` in slurm mode: the joined table, a summary, and ``--retry``."""
+    from mmirage.core.shard.report import failed_summary
+
     lines, views = check_table(cfg, path)
     print_table(lines)
     counts = summary([v.state for v in views])
@@ -219,8 +221,10 @@ def _check(cfg: MMirageConfig, path: Path, retry: bool, yes: bool) -> int:
         states[view.state] = states.get(view.state, 0) + 1
     rows = sum(int((v.status or {}).get("rows_done") or 0) for v in views)
     failed = sum(int((v.status or {}).get("rows_failed") or 0) for v in views)
+    retryable = sum(int((v.status or {}).get("rows_retryable") or 0) for v in views)
     listed = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
-    click.echo(f"{counts['total']} shard(s): {listed}; {rows} rows done, {failed} failed")
+    rows_line = f"{rows} rows done, {failed_summary(failed, retryable)}"
+    click.echo(f"{counts['total']} shard(s): {listed}; {rows_line}")
     dead = [v.shard_id for v in views if v.state in ("stale", "failed", "exhausted") and v.task]
     if dead:
         click.echo(f"ended in SLURM without success: shard(s) {dead} ('mmirage retry -y')")

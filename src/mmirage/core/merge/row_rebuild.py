@@ -75,6 +75,8 @@ class RowBuilder:
         self.schema = pp.output_schema
         self._json_models: dict[str, Any] = {}
         self._models: dict[str, str | None] = {}  # output name → provider model (cost)
+        # output name → (the provider config's token limit, its field): a cut answer names it.
+        self._limits: dict[str, tuple[int | None, str]] = {}
         for output in pp.outputs:
             if output.type != "batch_api":
                 continue
@@ -83,6 +85,7 @@ class RowBuilder:
                 self._json_models[output.name] = output.schema.pydantic_model(name or "Output")
             provider_config = getattr(config.processor_for(output), "provider_config", None)
             self._models[output.name] = getattr(provider_config, "model", None)
+            self._limits[output.name] = _token_limit(provider_config)
 
     def pending(self, row: Mapping[str, Any]) -> list[tuple[str, str]]:
         """``(variable, custom_id)`` of each placeholder the row's own batch requests left in
@@ -150,7 +153,7 @@ class RowBuilder:
         try:
             return SUCCEEDED, parse_response(text, model).model_dump(by_alias=True)
         except ResponseValidationError as exc:
-            return INVALID, str(exc)
+            return INVALID, outcome.invalid_reason(str(exc), *self._limits[name])
 
     def _render(
         self, row: dict[str, Any], variables: Mapping[str, Any], errors: dict[str, str]
@@ -207,6 +210,19 @@ def _has_placeholder(value: Any) -> bool:
     if type(value) is str:
         return value.startswith(PLACEHOLDER_PREFIX)
     return isinstance(value, dict | list) and bool(find_placeholders(value))
+
+
+# The fields a provider config names its answer's token limit with, first set wins.
+_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+def _token_limit(provider_config: Any) -> tuple[int | None, str]:
+    """The token limit a batch request was sent with, and the config field that set it."""
+    for setting in _LIMIT_FIELDS:
+        limit = getattr(provider_config, setting, None)
+        if limit is not None:
+            return limit, setting
+    return None, "max_tokens"
 
 
 __all__ = ["INVALID", "MergeTotals", "RowBuilder", "is_own_request"]

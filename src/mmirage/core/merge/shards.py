@@ -335,6 +335,10 @@ def stats_report(config: MMirageConfig) -> dict[str, Any]:
         "total_rows_processed": rows,
         "total_rows": total("rows_done"),
         "total_rows_failed": total("rows_failed"),
+        # Failed rows split: 'mmirage retry' runs the retryable ones again (rate limit, server
+        # error, timeout); the others failed for good (validation, truncated, refused…).
+        "total_rows_retryable": total("rows_retryable"),
+        "total_rows_failed_for_good": max(0, total("rows_failed") - total("rows_retryable")),
         "wall_clock_runtime_seconds": wall,
         "wall_clock_runtime_human": human_seconds(wall),
         "sum_shard_runtime_seconds": sum_runtime,

@@ -4,8 +4,9 @@ Its status.json state (``shard_state``), then two things status.json alone does 
 succeeded shard whose published file lost rows or changed is ``damaged``; one whose
 published rows include rows that failed for a retryable reason (a rate limit, a server
 error, a timeout) is ``partial``: ``mmirage retry`` computes just those rows again. Rows that
-failed for good (a bad row, a refused request) leave the shard ``success``: no retry can
-change them, so they are reported, never counted against the shard.
+failed for good (an answer that missed its schema or was cut at the token limit, a refusal,
+a bad row) leave the shard ``success``: a retry would pay for the same answer again, so they
+are reported, never counted against the shard.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def shard_health(config: MMirageConfig, shard_id: int, config_path: object) -> S
         )
     if for_good > 0:
         health.notes.append(
-            f"shard {shard_id}: {for_good} row(s) failed for a reason a retry cannot fix (a bad "
-            "row, a refused request: see their __errors__); fix the input or the configuration "
-            "to compute them again"
+            f"shard {shard_id}: {for_good} row(s) failed for good (an answer that missed its "
+            "schema or was cut at the token limit, a refusal, a bad row: see their __errors__); "
+            "a retry would buy the same answer again: raise max_new_tokens, loosen the schema "
+            "or fix the input, then run again"
         )
     return health

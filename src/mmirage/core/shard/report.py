@@ -1,4 +1,5 @@
-"""``ShardReport``: what one run of a shard did (rows, tokens, published files, notes)."""
+"""``ShardReport``: what one run of a shard did (rows, tokens, published files, notes), and
+how its failed rows are told apart (``failed_summary``)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ class ShardReport:
     num_shards: int
     skipped: bool = False  # already finished: nothing was run
     rows_done: int = 0
-    rows_failed: int = 0
-    rows_retryable: int = 0  # failed rows 'mmirage retry' can run again
+    rows_failed: int = 0  # failed for good (validation, truncated, refused…) or retryable
+    rows_retryable: int = 0  # failed rows 'mmirage retry' can run again (rate limit, 5xx…)
     input_tokens: int = 0
     output_tokens: int = 0
     resumed_rows: int = 0  # rows found done by an earlier, interrupted attempt
@@ -30,3 +31,24 @@ class ShardReport:
 
     def counters(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in COUNTERS}
+
+
+# Each kind of failed row, in the words every report uses.
+_KINDS = (
+    ("for good", "validation, truncated, refused…"),
+    ("retryable", "rate limit, server error, timeout…"),
+)
+
+
+def failed_summary(failed: int, retryable: int) -> str:
+    """``"0 failed"``, or the failed rows split by kind: ``"5 failed: 3 for good (validation,
+    truncated, refused…), 2 retryable (rate limit, server error, timeout…)"``. A row failed
+    for good (an answer that missed its schema or was cut at the token limit, a refusal, a
+    bad row) would get the same answer again, paid again; a retryable one may succeed on
+    ``mmirage retry``."""
+    if failed <= 0:
+        return "0 failed"
+    retryable = min(max(retryable, 0), failed)
+    counts = (failed - retryable, retryable)
+    parts = [f"{n} {kind} ({why})" for n, (kind, why) in zip(counts, _KINDS, strict=True) if n]
+    return f"{failed} failed: {', '.join(parts)}"

@@ -17,7 +17,9 @@ The neutral payload built by the processor, for every provider:
 A result row (``retrieve_results``) is a dict with ``custom_id`` and either ``generated_text``
 (``status`` ``"succeeded"``) or ``status`` ``"error"`` plus ``error_message``; optional keys:
 ``input_tokens`` / ``output_tokens`` (only when the provider reports usage), ``error_kind``
-(``expired``, ``canceled``, ``rate_limit``…) and ``retryable``.
+(``expired``, ``canceled``, ``rate_limit``…), ``retryable`` and ``finish_reason`` (why the
+answer ended, in the provider's words: merge reports a JSON answer cut at the token limit as
+such).
 """
 
 from __future__ import annotations

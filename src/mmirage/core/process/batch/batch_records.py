@@ -62,10 +62,30 @@ class RequestOutcome:
     retryable: bool | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    finish_reason: str | None = None  # why the answer ended, in the provider's words
 
     @property
     def ok(self) -> bool:
         return self.state == SUCCEEDED
+
+    @property
+    def cut(self) -> bool:
+        """Whether the token limit stopped the answer (each provider's word for it)."""
+        from llm_kit.providers import cut_finish_reasons
+
+        return self.finish_reason in cut_finish_reasons()
+
+    def invalid_reason(
+        self, error: str, max_tokens: int | None = None, setting: str = "max_tokens"
+    ) -> str:
+        """Why a succeeded answer is no value of its JSON schema (``error``: the parse's own
+        reason): a cut answer says so, as a live run does, naming the provider config's
+        ``setting`` and its value ``max_tokens`` when known."""
+        if not self.cut:
+            return error
+        from llm_kit.answers import truncated_error
+
+        return truncated_error(self.finish_reason, max_tokens, setting)
 
     def reason(self) -> str:
         """One sentence for the row's ``__errors__``."""
@@ -113,4 +133,5 @@ def result_line(batch_no: int, row: Mapping[str, Any]) -> tuple[Any, ...] | None
         None if retryable is None else int(bool(retryable)),
         usage_count(row.get("input_tokens")),
         usage_count(row.get("output_tokens")),
+        None if row.get("finish_reason") is None else str(row["finish_reason"]),
     )

@@ -91,9 +91,13 @@ CREATE TABLE IF NOT EXISTS results (
     retryable INTEGER,
     input_tokens INTEGER,
     output_tokens INTEGER,
+    finish_reason TEXT,
     PRIMARY KEY (source_index, tag)
 ) WITHOUT ROWID;
 """
+# Columns added since the first release, with their type: a store an older mmirage made gets
+# them when opened (its results read as NULL there).
+_ADDED_COLUMNS = {"results": (("finish_reason", "TEXT"),)}
 
 # A newer submission (by its receipt's time) becomes the request's latest one.
 _UPSERT_REQUEST = """
@@ -106,12 +110,13 @@ WHERE (SELECT submitted_at FROM batches WHERE no = excluded.batch_no)
 # A success is never replaced by a failure; anything else takes the newer row.
 _UPSERT_RESULT = """
 INSERT INTO results (source_index, tag, batch_no, ok, text, kind, message, retryable,
-                     input_tokens, output_tokens)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                     input_tokens, output_tokens, finish_reason)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (source_index, tag) DO UPDATE SET
     batch_no = excluded.batch_no, ok = excluded.ok, text = excluded.text,
     kind = excluded.kind, message = excluded.message, retryable = excluded.retryable,
-    input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens
+    input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens,
+    finish_reason = excluded.finish_reason
 WHERE excluded.ok = 1 OR results.ok = 0
 """
 
@@ -125,14 +130,15 @@ WHERE q.source_index BETWEEN ? AND ? AND q.batch_no = ? AND NOT EXISTS (
     WHERE r.source_index = q.source_index AND r.tag = q.tag AND r.batch_no = q.batch_no)
 ON CONFLICT (source_index, tag) DO UPDATE SET
     batch_no = excluded.batch_no, ok = 0, text = NULL, kind = excluded.kind,
-    message = excluded.message, retryable = 1, input_tokens = NULL, output_tokens = NULL
+    message = excluded.message, retryable = 1, input_tokens = NULL, output_tokens = NULL,
+    finish_reason = NULL
 WHERE results.ok = 0
 """
 
 # Each request of the row span with its latest result (if any).
 _OUTCOMES = """
 SELECT q.source_index, q.tag, q.batch_no, r.batch_no, r.ok, r.text, r.kind, r.message,
-       r.retryable, r.input_tokens, r.output_tokens
+       r.retryable, r.input_tokens, r.output_tokens, r.finish_reason
 FROM requests AS q LEFT JOIN results AS r
     ON r.source_index = q.source_index AND r.tag = q.tag
 WHERE q.source_index {where}
@@ -158,6 +164,7 @@ class ResultsStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA cache_size=-65536")
         self._db.executescript(_SCHEMA)
+        self._add_columns()
         self._batches: dict[tuple[str, str], BatchRecord] = {}
         self._numbers: dict[tuple[str, str], int] = {}
         self._by_number: dict[int, tuple[str, str]] = {}
@@ -172,6 +179,15 @@ class ResultsStore:
 
     def close(self) -> None:
         self._db.close()
+
+    def _add_columns(self) -> None:
+        """Bring a store made by an older mmirage up to ``_ADDED_COLUMNS``."""
+        for table, columns in _ADDED_COLUMNS.items():
+            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for name, kind in columns:
+                if name not in have:
+                    with self._db:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     # -- batches ---------------------------------------------------------------------------
 
@@ -309,9 +325,11 @@ class ResultsStore:
             yield from self._db.execute(sql, chunk)
 
     def _outcome(self, cid: str, line: tuple[Any, ...]) -> RequestOutcome:
-        _, _, latest, result_no, ok, text, kind, message, retryable, tin, tout = line
+        _, _, latest, result_no, ok, text, kind, message, retryable, tin, tout, finish = line
         if ok:
-            return RequestOutcome(cid, SUCCEEDED, text, input_tokens=tin, output_tokens=tout)
+            return RequestOutcome(
+                cid, SUCCEEDED, text, input_tokens=tin, output_tokens=tout, finish_reason=finish
+            )
         latest_key = self._by_number.get(latest)
         latest_done = latest_key is None or self._batches[latest_key].fetched
         if result_no is not None and (latest_done or latest == result_no):
@@ -322,6 +340,7 @@ class ResultsStore:
                 retryable=None if retryable is None else bool(retryable),
                 input_tokens=tin,
                 output_tokens=tout,
+                finish_reason=finish,
             )
         if latest_done:
             batch = latest_key[1] if latest_key else "?"

@@ -101,6 +101,8 @@ def result_row(outcome: Outcome) -> dict[str, Any]:
         )
     else:
         row.update(status="succeeded", generated_text=completion.text or "")
+    if completion.finish_reason is not None:  # merge tells a JSON answer cut at the limit
+        row["finish_reason"] = completion.finish_reason
     usage = completion.usage
     if usage.input_tokens or usage.output_tokens:
         row.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
