@@ -74,7 +74,7 @@ def child(transport: str, side: str, args: list[str]) -> None:
     if side == "mmirage":
         from mmirage.cli import entry  # the mmirage program, its exit included
 
-        sys.argv = ["mmirage", "run", args[0], "--recompute"]
+        sys.argv = ["mmirage", "run", args[0], "--fresh"]
         entry()
     else:
         from pipeline_overhead import batch_child

@@ -112,7 +112,7 @@ def run_mmirage(config: Path, n: int) -> tuple[float, float]:
     command = [str(MMIRAGE)] if MMIRAGE.exists() else [sys.executable, "-m", "mmirage"]
     started = time.perf_counter()
     done = subprocess.run(
-        [*command, "run", str(config), "--stats", "--recompute"],
+        [*command, "run", str(config), "--stats", "--fresh"],
         capture_output=True,
         text=True,
         env={**CHILD_ENV, "OPENAI_API_KEY": "sk-bench"},

@@ -20,6 +20,7 @@ SCRIPTS = [
     "mmirage_batch.py",
     "slurm_overhead.py",
     "stop_waste.py",
+    "pay_once.py",
 ]
 
 if __name__ == "__main__":

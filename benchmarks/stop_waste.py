@@ -1,14 +1,16 @@
-"""What a stop costs in requests paid twice: a shard stopped mid-run, then resumed, side by
-side for the two kinds of stop. An interruption (Ctrl-C, kill, scancel) stops at once and
-abandons the requests in flight, which its resume sends again; a stop at the SLURM time limit
-(SIGTERM with the task's deadline near) first lets them come back and journals them.
+"""What a stop costs in requests paid twice: a shard stopped mid-run, then resumed, for each kind
+of stop. Every stop now drains: no new request, the requests in flight come back and are
+stored (``stop_grace_seconds``, 20 s by default), then the process exits 130 (Ctrl-C) or 143
+(SIGTERM: kill, scancel, a job manager; the SLURM time limit). The stop before this, at once,
+is ``stop_grace_seconds: 0``: it abandons the requests in flight, which the resume sends again
+(about ``worker_concurrency`` of them).
 
-Target: 0 requests paid twice at the time limit (an interruption pays about
-``worker_concurrency`` twice), for a stop that takes about one request's latency longer.
+Target: 0 requests paid twice per graceful stop, for a stop that takes about one request's
+latency longer.
 
 The real CLI in local mode (the task's own signal handling; the deadline is the environment
 variable the SLURM job script exports), the emulator in its own process with a latency of
-``--latency`` to twice that. Runs alternate (interrupt, time limit, ...); medians compared.
+``--latency`` to twice that. Runs alternate between the stops; medians compared.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from _common import report
 from llm_kit.emulator import EmulatorConfig, running_emulator
@@ -31,7 +35,21 @@ from llm_kit.emulator.runner import EmulatorHandle
 from mmirage.core.shard.stop import DEADLINE_ENV
 from slurm_overhead import config
 
-STOPS = ("interrupt", "time limit")
+
+@dataclass(frozen=True)
+class Stop:
+    name: str
+    signum: int
+    execution: dict[str, Any] = field(default_factory=dict)
+    time_limit: bool = False  # SIGTERM with the task's SLURM deadline near, as --signal sends it
+
+
+STOPS = (
+    Stop("at once (before: stop_grace_seconds 0)", signal.SIGTERM, {"stop_grace_seconds": 0}),
+    Stop("Ctrl-C (SIGINT to the process group)", signal.SIGINT),
+    Stop("SIGTERM (kill, scancel, a job manager)", signal.SIGTERM),
+    Stop("SLURM time limit (SIGTERM near the deadline)", signal.SIGTERM, time_limit=True),
+)
 
 
 def checkpointed(out: Path) -> int:
@@ -44,14 +62,14 @@ def checkpointed(out: Path) -> int:
 
 
 def stop_and_resume(
-    emu: EmulatorHandle, tmp: Path, stop: str, rows: int, concurrency: int, after_s: float
+    emu: EmulatorHandle, tmp: Path, stop: Stop, rows: int, concurrency: int, after_s: float
 ) -> tuple[int, float]:
-    """(requests paid twice, seconds from SIGTERM to the process's exit)."""
+    """(requests paid twice, seconds from the signal to the process's exit)."""
     shutil.rmtree(tmp / "local", ignore_errors=True)
-    path = config(tmp, emu.openai_base_url, "local", 1, rows, concurrency=concurrency)
+    path = config(tmp, emu.openai_base_url, "local", 1, rows, concurrency, **stop.execution)
     env = {**os.environ, "OPENAI_API_KEY": "sk-bench"}
     first = dict(env)
-    if stop == "time limit":  # as SLURM's --signal does, well before the end
+    if stop.time_limit:  # as SLURM's --signal does, well before the end
         first[DEADLINE_ENV] = str(int(time.time()) + 150)
     emu.reset_stats()
     run = subprocess.Popen(
@@ -60,17 +78,18 @@ def stop_and_resume(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group, as a terminal runs a command
     )
     while not checkpointed(tmp / "local" / "out"):
         if run.poll() is not None:
             raise SystemExit(f"the run ended before its first checkpoint: {run.stderr}")
         time.sleep(0.05)
     time.sleep(after_s)
-    run.send_signal(signal.SIGTERM)
+    os.killpg(run.pid, stop.signum)
     started = time.perf_counter()
     _, stderr = run.communicate(timeout=300)
     stopping = time.perf_counter() - started
-    if run.returncode != 128 + signal.SIGTERM:
+    if run.returncode != 128 + stop.signum:
         raise SystemExit(f"the stopped run exited {run.returncode}: {stderr[-2000:]}")
     resumed = subprocess.run(
         [sys.executable, "-m", "mmirage", "run", str(path)], env=env, capture_output=True, text=True
@@ -87,8 +106,11 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    twice: dict[str, list[int]] = {stop: [] for stop in STOPS}
-    stopping: dict[str, list[float]] = {stop: [] for stop in STOPS}
+    # Started with Ctrl-C ignored (``... &`` in a script), the runs would ignore it too.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    twice: dict[str, list[int]] = {stop.name: [] for stop in STOPS}
+    stopping: dict[str, list[float]] = {stop.name: [] for stop in STOPS}
     emulator = EmulatorConfig(latency_s=args.latency, latency_jitter_s=args.latency)
     with (
         running_emulator(emulator, subprocess=True) as emu,
@@ -99,14 +121,14 @@ def main() -> None:
                 paid, took = stop_and_resume(
                     emu, Path(name), stop, args.rows, args.concurrency, 2 * args.latency
                 )
-                twice[stop].append(paid)
-                stopping[stop].append(took)
+                twice[stop.name].append(paid)
+                stopping[stop.name].append(took)
 
-    def line(stop: str) -> str:
+    def line(stop: Stop) -> str:
         return (
-            f"{statistics.median(twice[stop]):5.0f} paid twice, stop in "
-            f"{statistics.median(stopping[stop]):.2f} s  (runs: {twice[stop]}; "
-            + ", ".join(f"{s:.2f} s" for s in stopping[stop])
+            f"{statistics.median(twice[stop.name]):5.0f} paid twice per stop, stop in "
+            f"{statistics.median(stopping[stop.name]):.2f} s  (runs: {twice[stop.name]}; "
+            + ", ".join(f"{s:.2f} s" for s in stopping[stop.name])
             + ")"
         )
 
@@ -114,9 +136,8 @@ def main() -> None:
         f"stop waste: {args.rows:,} rows, worker_concurrency {args.concurrency}, "
         f"latency {args.latency:g}-{2 * args.latency:g} s, stopped mid-run then resumed",
         [
-            ("interruption (Ctrl-C, kill, scancel)", line("interrupt")),
-            ("SLURM time limit (drained first)", line("time limit")),
-            ("target at the time limit", "0 paid twice"),
+            *((stop.name, line(stop)) for stop in STOPS),
+            ("target for every graceful stop", "0 paid twice"),
         ],
     )
 

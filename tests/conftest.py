@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,14 @@ def emulator() -> Iterator[object]:
     """A plain emulator (echo responder, no faults) on a random free port."""
     with running_emulator(EmulatorConfig()) as emu:
         yield emu
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _ctrl_c_delivered() -> None:
+    """A suite started in the background (``pytest &``) inherits SIGINT ignored, which its
+    children would keep: the tests that send Ctrl-C need it delivered."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

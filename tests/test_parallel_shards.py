@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from test_graceful_stop import ctrl_c_not_ignored
 from test_retry_cli import (
     block_publish,
     cli_config,
@@ -31,6 +32,8 @@ import time
 
 def shout(variables):
     began = time.time()
+    while os.path.exists(os.environ.get("HOLD") or ""):  # a test holds every row
+        time.sleep(0.05)
     time.sleep(float(os.environ.get("ROW_DELAY") or 0))
     with open(os.environ["CALL_LOG"], "a") as log:
         log.write(f"{os.getppid()} {began} {time.time()}\\n")
@@ -129,20 +132,43 @@ def running_children(tmp_path: Path) -> list[int]:
     ]
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL", "Ctrl-C"])
-def test_stopping_the_parent_stops_the_children(tmp_path: Path, call_log: Path, how: str) -> None:
+@pytest.mark.usefixtures(ctrl_c_not_ignored.__name__)
+@pytest.mark.parametrize(
+    ("how", "exit_code"),
+    [
+        ("SIGTERM", 128 + signal.SIGTERM),
+        ("SIGKILL", -signal.SIGKILL),
+        ("Ctrl-C", 128 + signal.SIGINT),
+    ],
+)
+def test_stopping_the_parent_stops_the_children(
+    tmp_path: Path, call_log: Path, how: str, exit_code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every row waits while HOLD exists: no shard can finish before the stop, however slow the
+    # machine (a shard that finished first would rightly make the parent exit 0).
+    hold = tmp_path / "hold"
+    hold.touch()
+    monkeypatch.setenv("HOLD", str(hold))
     config = parallel_config(tmp_path, width=2)
-    parent = start("run", str(config), delay=0.5, start_new_session=True)
-    wait_for(lambda: len(running_children(tmp_path)) == 2, "two running shards")
-    children = running_children(tmp_path)
-    if how == "SIGTERM":
-        parent.send_signal(signal.SIGTERM)
-    elif how == "SIGKILL":
-        parent.send_signal(signal.SIGKILL)
-    else:  # what a terminal does: SIGINT to the whole foreground process group
-        os.killpg(parent.pid, signal.SIGINT)
+    parent = start("run", str(config), delay=0, start_new_session=True)
+    try:
+        wait_for(lambda: len(running_children(tmp_path)) == 2, "two running shards")
+        children = running_children(tmp_path)
+        if how == "SIGTERM":
+            parent.send_signal(signal.SIGTERM)
+        elif how == "SIGKILL":
+            parent.send_signal(signal.SIGKILL)
+        else:  # what a terminal does: SIGINT to the whole foreground process group
+            os.killpg(parent.pid, signal.SIGINT)
+        # Each child records its stop before it waits for its rows in flight to end.
+        wait_for(
+            lambda: all(s.get("status") == "failed" for s in statuses(tmp_path).values()),
+            "the children to record the stop",
+        )
+    finally:
+        hold.unlink()
     _, err = parent.communicate(timeout=60)
-    assert parent.returncode != 0
+    assert parent.returncode == exit_code, err
     wait_for(lambda: not any(live(pid) for pid in children), "the children to stop", 30)
     state = statuses(tmp_path)
     for k, status in state.items():

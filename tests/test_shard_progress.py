@@ -11,7 +11,7 @@ from typing import Any
 from mmirage.config import load_mmirage_config_dict
 from mmirage.core.loader import open_datasets, plan_shard
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor
-from mmirage.core.shard.journal import ResultJournal
+from mmirage.core.shard.answers import AnswerStore
 from mmirage.core.shard.progress import RowCount, RowProgress
 from mmirage.core.shard.reading import groups_from, source_offsets
 from mmirage.core.shard.rows import RowWorker
@@ -66,12 +66,12 @@ async def test_rows_count_as_they_finish_not_per_group(tmp_path: Path) -> None:
     sources = open_datasets(config.loading_params.datasets)
     shard = plan_shard(sources, 1, 0)[0]
     proc = Streaming()
-    journal = ResultJournal(tmp_path / "journal.jsonl", "fp")
-    journal.open()
-    worker = RowWorker(config, shard, source_offsets(sources), {"llm": proc}, journal, proc.count)
+    store = AnswerStore(tmp_path, "shard-0-of-1")
+    store.open()
+    worker = RowWorker(config, shard, source_offsets(sources), {"llm": proc}, store, proc.count)
     ((_, group),) = groups_from(shard, worker_cursor(), 100)
     records = await worker.process(group)
-    journal.close()
+    store.close()
     # While the first output runs, only the row it failed is finished...
     assert proc.seen["a"] == [0, 0, 1, 1, 1, 1, 1, 1]
     # ...then every answer of the last output finishes one more row, before the group lands.

@@ -205,7 +205,11 @@ def test_a_finished_shard_is_skipped_unless_forced(tmp_path: Path) -> None:
     assert report.rows_done == ROWS and report.output_tokens == 9 * 6
     forced = FakeProcessor()
     run_shard(config, 0, processors=procs(forced), force=True)
-    assert len(forced.keys()) > 0 and published(config) == first
+    # Computed again from the stored answers; --fresh asks again.
+    assert forced.keys() == [] and published(config) == first
+    fresh = FakeProcessor()
+    run_shard(config, 0, processors=procs(fresh), fresh=True)
+    assert len(fresh.keys()) > 0 and published(config) == first
 
 
 def test_status_json(tmp_path: Path) -> None:
@@ -245,23 +249,92 @@ def test_stale_running_and_exhausted_states(tmp_path: Path) -> None:
     assert (read_status(path) or {})["status"] == "success"
 
 
-def test_a_changed_config_is_refused(tmp_path: Path) -> None:
-    run_shard(make_config(tmp_path), 0, processors=procs(FakeProcessor()))
+class StoringFake(FakeProcessor):
+    """A fake whose answers the runner stores: its requests are shaped by ``model``."""
+
+    def __init__(self, model: str = "m", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.model = model
+
+    def request_identity(self, output: Any) -> Any:
+        return {"model": self.model, "output": output.name}
+
+
+def asked(fake: FakeProcessor, output: str) -> list[str]:
+    return [key for name, keys in fake.calls if name == output for key in keys]
+
+
+def test_a_changed_schema_is_computed_again_from_stored_answers(tmp_path: Path) -> None:
+    run_shard(make_config(tmp_path), 0, processors=procs(StoringFake()))
     changed = make_config(tmp_path, output_schema={"answer": "{{ answer }}!"})
-    with pytest.raises(ShardConflictError, match="--recompute"):
-        run_shard(changed, 0, processors=procs(FakeProcessor()))
+    again = StoringFake()
+    report = run_shard(changed, 0, processors=procs(again))
+    assert again.calls == []  # every answer came from the store
+    rows = published(changed)
+    assert rows[0]["answer"] == "echo:Q t0!" and "score" not in rows[0]
+    assert report.notes == ["18 answer(s) reused from the answer store, 0 request(s) sent"]
+    # Published anew under the new configuration: a third run skips it.
+    assert run_shard(changed, 0, processors=procs(StoringFake())).skipped
 
 
-def test_a_changed_model_is_refused_but_pacing_is_not(tmp_path: Path) -> None:
-    run_shard(make_config(tmp_path), 0, processors=procs(FakeProcessor()))
+def test_an_edited_prompt_asks_again_for_that_output_only(tmp_path: Path) -> None:
+    run_shard(make_config(tmp_path), 0, processors=procs(StoringFake()))
+    edited = make_config(tmp_path)
+    edited.processing_params.outputs[1].prompt = "grade it: {{ answer }}"
+    again = StoringFake()
+    run_shard(edited, 0, processors=procs(again))
+    assert asked(again, "answer") == []
+    assert sorted(asked(again, "grade")) == sorted(f"0::{i}" for i in range(ROWS) if i != 4)
+
+
+def test_pacing_leaves_a_finished_shard_alone_and_a_new_model_asks_again(
+    tmp_path: Path,
+) -> None:
+    run_shard(make_config(tmp_path), 0, processors=procs(StoringFake()))
     paced = make_config(tmp_path)
     paced.processors[0].rpm = 60  # how fast, not what: the finished shard stays finished
     paced.processors[0].worker_concurrency = 3
-    assert run_shard(paced, 0, processors=procs(FakeProcessor())).skipped
+    assert run_shard(paced, 0, processors=procs(StoringFake())).skipped
     other_model = make_config(tmp_path)
     other_model.processors[0].model = "another-model"
-    with pytest.raises(ShardConflictError, match="model/sampling/function changed"):
-        run_shard(other_model, 0, processors=procs(FakeProcessor()))
+    again = StoringFake("another-model")
+    run_shard(other_model, 0, processors=procs(again))
+    assert len(asked(again, "answer")) == ROWS - 1  # the row without text is never asked
+
+
+def test_a_fresh_run_asks_every_request_again(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    run_shard(config, 0, processors=procs(StoringFake()))
+    assert run_shard(config, 0, processors=procs(again := StoringFake()), force=True)
+    assert again.calls == []  # --recompute: from the store
+    run_shard(config, 0, processors=procs(fresh := StoringFake()), fresh=True)
+    assert len(asked(fresh, "answer")) == ROWS - 1
+
+
+def test_a_paid_failure_that_would_come_back_the_same_is_not_bought_twice(
+    tmp_path: Path,
+) -> None:
+    class Truncating(StoringFake):
+        async def process(
+            self, output: Any, requests: Sequence[OutputRequest]
+        ) -> list[OutputResult]:
+            results = await super().process(output, requests)
+            for request, result in zip(requests, results, strict=True):
+                if request.row_key == "0::7" and output.name == "answer":
+                    result.value, result.error, result.kind = None, "cut", "truncated"
+                if request.row_key == "0::8" and output.name == "answer":
+                    result.value, result.error, result.retryable = None, "429", True
+            return results
+
+    config = make_config(tmp_path)
+    run_shard(config, 0, processors=procs(Truncating()))
+    again = Truncating()
+    run_shard(
+        make_config(tmp_path, output_schema={"a": "{{ answer }}"}), 0, processors=procs(again)
+    )
+    assert asked(again, "answer") == ["0::8"]  # the transient failure only
+    errors = {row["__row_key__"]: row["__errors__"] for row in published(config)}
+    assert errors["0::7"] == {"answer": "cut"}
 
 
 # -- the CLI, with the real custom processor --------------------------------------------------
@@ -480,7 +553,7 @@ def test_a_truncated_published_shard_is_refused_then_repaired_without_paying_twi
         run_shard(config, 0, processors=procs(FakeProcessor()))
     again = FakeProcessor()
     report = run_shard(config, 0, processors=procs(again), reset_attempts=True)
-    assert again.keys() == [f"0::{i}" for i in range(6, ROWS)]  # only the lost rows
+    assert again.keys() == []  # the lost rows' answers come from the answer store
     assert report.rows_done == ROWS
     assert published(config) == fresh_rows(tmp_path)
     assert run_shard(config, 0, processors=procs(FakeProcessor())).skipped

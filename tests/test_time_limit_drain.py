@@ -59,6 +59,8 @@ def stopped_at_the_time_limit(tmp_path: Path, emu: Any) -> tuple[dict[str, Any],
     finally:
         run.kill()
     assert run.returncode == 128 + signal.SIGTERM, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("stopped at the SLURM time limit: ") and "kept" in last, last
     return statuses(tmp_path)[0], emu.stats()["requests"]
 
 

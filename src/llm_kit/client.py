@@ -13,22 +13,18 @@ from typing import Any
 from pydantic import BaseModel
 
 from llm_kit import jsonl
+from llm_kit.answers import VALIDATION, judge, max_tokens_of, reask
 from llm_kit.backends import Backend, HttpBackend
 from llm_kit.batch.api import BatchAPI
 from llm_kit.delivery import delivered
 from llm_kit.dialect_choice import check_structured_output, dialect_choice
-from llm_kit.errors import (
-    CompletionError,
-    ConfigError,
-    ItemError,
-    ProviderError,
-    ResponseValidationError,
-)
+from llm_kit.errors import CompletionError, ConfigError, ItemError, ProviderError
+from llm_kit.interrupts import HeldCtrlC
 from llm_kit.pacing import backoff_delay, estimate_tokens
 from llm_kit.pipeline import Items, run_pool
 from llm_kit.providers import get_codec, key_from_env, provider_spec, require_key
 from llm_kit.ratelimit import RateLimiter
-from llm_kit.schema import parse_response, response_schema
+from llm_kit.schema import response_schema
 from llm_kit.sessions import BackendScope, closes_after, closes_after_stream
 from llm_kit.transport import HttpTransport
 from llm_kit.types import BatchConfig, BatchItem, BatchResult, Message, Usage
@@ -202,11 +198,12 @@ class LLM(BatchAPI):
         estimate = estimate_tokens(item, sampling) if self.limiter.tpm else 0
         usage = Usage()
         attempts = validation_failures = 0
+        messages = item.messages  # grows by the answer and its correction on each re-ask
         while True:
             attempts += 1
             reserved = await self.limiter.acquire(estimate)
             try:
-                completion = await backend.complete(item.messages, sampling, schema)
+                completion = await backend.complete(messages, sampling, schema)
             except ItemError as exc:
                 self.limiter.settle(reserved, 0)
                 return _failure(item, str(exc), "invalid_item", retryable=False, attempts=attempts)
@@ -228,35 +225,28 @@ class LLM(BatchAPI):
             self.limiter.settle(reserved, completion.usage.total_tokens)
             usage.input_tokens += completion.usage.input_tokens
             usage.output_tokens += completion.usage.output_tokens
-            if completion.refusal:
-                return _failure(
-                    item, f"refused: {completion.refusal}", "refusal", False, attempts, usage
-                )
-            if schema is None or item.response_model is None:
-                return BatchResult(
-                    item.id,
-                    True,
-                    completion.text,
-                    usage=usage,
-                    metadata=item.metadata,
-                    attempts=attempts,
-                    finish_reason=completion.finish_reason,
-                )
-            try:
-                parsed = parse_response(completion.text, item.response_model)
-            except ResponseValidationError as exc:
-                if validation_failures < config.validation_retries:
+            finish = completion.finish_reason
+            response: Any = completion.text  # plain text: nothing to judge (the common case)
+            if item.response_model is not None or completion.refusal:
+                verdict = judge(completion, item.response_model, max_tokens_of(sampling))
+                if verdict.kind == VALIDATION and validation_failures < config.validation_retries:
+                    # Asked again with what was wrong: the identical request buys the same.
+                    assert schema is not None and verdict.error is not None
                     validation_failures += 1
+                    messages = reask(messages, completion.text, verdict.error, schema)
                     continue
-                return _failure(item, str(exc), "validation", True, attempts, usage)
+                if not verdict.ok:  # truncated, validation, refusal: a rerun buys the same
+                    error, kind = verdict.error or "", verdict.kind or VALIDATION
+                    return _failure(item, error, kind, False, attempts, usage, finish)
+                response = verdict.response
             return BatchResult(
                 item.id,
                 True,
-                parsed,
+                response,
                 usage=usage,
                 metadata=item.metadata,
                 attempts=attempts,
-                finish_reason=completion.finish_reason,
+                finish_reason=finish,
             )
 
     # -- the three sinks --------------------------------------------------------------------
@@ -284,12 +274,19 @@ class LLM(BatchAPI):
         resume: bool = False,
         retry_failed: bool = False,
         progress: bool = False,
+        stop_grace_seconds: float = 20.0,
     ) -> int:
         """Write one JSON line per finished item to ``path``; return how many were written.
 
         ``resume=True`` skips the ids the file already holds (the file is the checkpoint; a
         torn last line from a crash is cut first). ``retry_failed=True`` also runs again the
         items whose recorded error is retryable, and keeps only their newest line.
+
+        Ctrl-C (in the main thread, where it would raise ``KeyboardInterrupt``, ``asyncio.run``
+        included) stops gracefully: no new item starts, the requests in flight come back for
+        up to ``stop_grace_seconds`` and are written (they are paid for: a resume does not ask
+        for them again), then the ``KeyboardInterrupt`` is raised. A second Ctrl-C stops at
+        once.
 
         Raises:
             ConfigError: ``path`` already holds results and neither flag was given.
@@ -305,11 +302,15 @@ class LLM(BatchAPI):
             checkpoint = jsonl.scan(out)
         skip_ids = checkpoint.done - checkpoint.retryable if retry_failed else checkpoint.done
         written = 0
-        with jsonl.JsonlWriter(out) as writer:
-            async for batch in self._results(
-                items, progress=progress, skip=skip_ids, record=writer.write_many
-            ):
-                written += len(batch)
+        ctrl_c = HeldCtrlC(stop_grace_seconds)
+        try:
+            with ctrl_c.holding(), jsonl.JsonlWriter(out) as writer:
+                async for batch in self._results(
+                    items, progress=progress, skip=skip_ids, record=writer.write_many
+                ):
+                    written += len(batch)
+        finally:
+            await ctrl_c.passed_on()  # the file is closed: a Ctrl-C held meanwhile goes on
         retried = checkpoint.retryable & checkpoint.done if retry_failed else set()
         if retried:
             jsonl.drop_superseded(out, retried)
@@ -364,7 +365,9 @@ def _failure(
     retryable: bool,
     attempts: int,
     usage: Usage | None = None,
+    finish_reason: str | None = None,
 ) -> BatchResult:
+    """A failed item's result; ``finish_reason`` is the last answer's, when one came."""
     return BatchResult(
         item.id,
         False,
@@ -374,6 +377,7 @@ def _failure(
         usage=usage if usage and usage.total_tokens else None,
         metadata=item.metadata,
         attempts=attempts,
+        finish_reason=finish_reason,
     )
 
 

@@ -6,11 +6,16 @@ workers take items straight from a plain iterable or an ``ItemQueue`` (an async 
 through a feeder and a bounded buffer of ``input_buffer_size``: two tasks cannot share one
 async generator), and the consumer takes every result that is ready at once: one wake-up, and
 for the JSONL sink one write, per completion batch rather than per item.
+
+A pool started where a ``GracefulStop`` is current (``interrupts.POOL_STOP``) obeys it: once it
+is requested, no worker takes a new item, those under way finish (``grace_s`` at most) and their
+results go out as usual, then the pool ends as if it had run out of items.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
@@ -21,8 +26,11 @@ from collections.abc import (
 )
 from typing import Any
 
+from llm_kit.interrupts import POOL_STOP
 from llm_kit.item_queue import ItemQueue
 from llm_kit.types import BatchItem, BatchResult
+
+logger = logging.getLogger(__name__)
 
 Items = Iterable[BatchItem] | AsyncIterable[BatchItem]
 _END = object()  # the async feeder's last word to each worker
@@ -91,22 +99,35 @@ async def run_pool(
     completed together, in completion order."""
     outbox = _Outbox(limit=workers)
     tasks: list[asyncio.Task[None]] = []
+    stop = _Stopping(tasks)
 
     async def work(source: Iterator[BatchItem] | asyncio.Queue[Any] | ItemQueue) -> None:
+        busy = stop.busy  # the workers with an item under way: a stop lets them finish it
+        me = asyncio.current_task()
         try:
             if isinstance(source, ItemQueue):
                 # An item at once when one is queued (no coroutine per item); else wait for
                 # one, then take it on the next pass (False: closed and empty).
-                while (item := source.pop()) is not None or await source.wait():
+                while not stop.stopped and (
+                    (item := source.pop()) is not None or await source.wait()
+                ):
                     if item is not None and (skip is None or not skip(item)):
+                        busy.add(me)
                         await outbox.put(await process(item))
+                        busy.discard(me)
             elif isinstance(source, asyncio.Queue):
-                while (item := await source.get()) is not _END:
-                    await outbox.put(await process(item))
+                while not stop.stopped and (fed := await source.get()) is not _END:
+                    busy.add(me)
+                    await outbox.put(await process(fed))
+                    busy.discard(me)
             else:
                 for item in source:  # shared by all workers: each next() hands out one item
+                    if stop.stopped:
+                        break
                     if skip is None or not skip(item):
+                        busy.add(me)
                         await outbox.put(await process(item))
+                        busy.discard(me)
         except Exception as exc:  # the source's own error, or a fatal one (a rejected API key)
             outbox.fail(exc)
         finally:
@@ -132,10 +153,53 @@ async def run_pool(
     else:
         source = iter(items)
     tasks += [asyncio.create_task(work(source)) for _ in range(workers)]
+    graceful = POOL_STOP.get()
+    forget = graceful.on_request(lambda: stop(graceful.grace_s)) if graceful else None
     try:
         while batch := await outbox.take(workers):
             yield batch
     finally:
+        if forget is not None:
+            forget()
+        stop.close()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Stopping:
+    """A pool's graceful stop: when called, its workers take no new item; the idle ones (and
+    the feeder) end now, the busy ones after their item, or at ``grace_s`` at the latest."""
+
+    __slots__ = ("busy", "stopped", "tasks", "timer")
+
+    def __init__(self, tasks: list[asyncio.Task[None]]) -> None:
+        self.tasks = tasks
+        self.busy: set[asyncio.Task[Any] | None] = set()
+        self.stopped = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def __call__(self, grace_s: float) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        # Said at once: the program may take that long to end, and the user should know why.
+        logger.warning(
+            "stopping: no new request; waiting up to %g s for the %d in flight (a second "
+            "Ctrl-C stops at once)",
+            grace_s,
+            len(self.busy),
+        )
+        for task in self.tasks:
+            if task not in self.busy:
+                task.cancel()  # waiting for an item, which it would not take
+        self.timer = asyncio.get_running_loop().call_later(grace_s, self._abandon)
+
+    def _abandon(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+    def close(self) -> None:
+        """The pool ended: no deadline left to keep."""
+        if self.timer is not None:
+            self.timer.cancel()

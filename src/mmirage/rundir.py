@@ -12,13 +12,14 @@ Layout, under ``loading_params.state_dir``::
         batch/<processor>/shard-<k>-of-<n>/   batch spools of a batch_api processor
         batch/results.sqlite             the results store merge reads
         batch/retry.lock                 one batch resubmission at a time
+        answers/shard-<k>-of-<n>.log     answers_dir: every answer the shard paid for, as it
+        answers/shard-<k>-of-<n>.sqlite  came (log), folded into an index by the next run
         batch-dry-run/...                the spools of a --dry-run
 
 Under each dataset's ``output_dir``::
 
     .parts/shard-<k>-of-<n>.jsonl        the part file rows are appended to
     .parts/shard-<k>-of-<n>.ckpt.json    its checkpoint
-    .parts/shard-<k>-of-<n>.journal.jsonl  answers paid for but not checkpointed yet
     shard-<k>-of-<n>[.jsonl|.parquet|/]  the published shard
 """
 
@@ -90,14 +91,15 @@ def atomic_write_json(path: Path, data: Any) -> None:
 # -- pipeline identity -----------------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
+def plain_config(value: Any) -> Any:
     """A config value as JSON-able data (dataclass init fields only: no derived objects)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        fields = dataclasses.fields(value)
+        return {f.name: plain_config(getattr(value, f.name)) for f in fields if f.init}
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain_config(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain_config(v) for v in value]
     return value
 
 
@@ -143,9 +145,10 @@ _OPERATIONAL = frozenset(
 )
 
 
-def _results_relevant(value: Any) -> Any:
+def results_relevant(value: Any) -> Any:
+    """A processor's ``plain_config`` less the fields that change how, not what, it computes."""
     if isinstance(value, dict):
-        return {k: _results_relevant(v) for k, v in value.items() if k not in _OPERATIONAL}
+        return {k: results_relevant(v) for k, v in value.items() if k not in _OPERATIONAL}
     return value
 
 
@@ -155,13 +158,13 @@ def fingerprint(config: MMirageConfig) -> str:
     pp, lp = config.processing_params, config.loading_params
     return _digest(
         {
-            "inputs": _plain(pp.inputs),
-            "outputs": _plain(pp.outputs),
-            "output_schema": _plain(pp.output_schema),
+            "inputs": plain_config(pp.inputs),
+            "outputs": plain_config(pp.outputs),
+            "output_schema": plain_config(pp.output_schema),
             "remove_columns": pp.remove_columns,
-            "datasets": _plain(lp.datasets),
+            "datasets": plain_config(lp.datasets),
             "num_shards": lp.num_shards,
-            "processors": [_results_relevant(_plain(p)) for p in config.processors],
+            "processors": [results_relevant(plain_config(p)) for p in config.processors],
         }
     )
 
@@ -204,6 +207,11 @@ def results_store_path(config: MMirageConfig) -> Path:
     return batch_dir(pipeline_dir(config)) / "results.sqlite"
 
 
+def answers_dir(config: MMirageConfig) -> Path:
+    """Where each shard keeps every answer it paid for (``core/shard/answers.py``)."""
+    return pipeline_dir(config) / "answers"
+
+
 def retry_lock_path(config: MMirageConfig) -> Path:
     return batch_dir(pipeline_dir(config)) / "retry.lock"
 
@@ -224,11 +232,6 @@ def checkpoint_path(output_dir: Path, name: str) -> Path:
     return output_dir / ".parts" / f"{name}.ckpt.json"
 
 
-def journal_path(part: Path) -> Path:
-    """The journal beside a part file: answers paid for but not checkpointed yet."""
-    return part.with_name(part.name.removesuffix(".jsonl") + ".journal.jsonl")
-
-
 def published_path(output_dir: Path, name: str, fmt: str) -> Path:
     """Where a shard is published in ``fmt`` (HF: a directory; else one file)."""
     return output_dir / (name if fmt == "hf" else f"{name}.{fmt}")
@@ -242,18 +245,20 @@ __all__ = [
     "ROW_KEY",
     "USAGE",
     "VARS",
+    "answers_dir",
     "atomic_write_json",
     "batch_dir",
     "batch_spool_dir",
     "checkpoint_path",
     "fingerprint",
-    "journal_path",
     "now_iso",
     "parse_iso",
     "part_path",
     "pipeline_dir",
     "pipeline_id",
+    "plain_config",
     "published_path",
+    "results_relevant",
     "results_store_path",
     "retry_lock_path",
     "shard_dir",

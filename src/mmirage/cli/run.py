@@ -48,7 +48,14 @@ def new_run_id(given: str | None) -> str:
 @click.option(
     "--recompute",
     is_flag=True,
-    help="Discard the shards' results and compute them again (pays for every row again).",
+    help="Discard the shards' results and compute them again from the stored answers (pays "
+    "only for requests never answered; batch_api outputs are submitted again).",
+)
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Ask every request again instead of taking stored answers (new samples; pays for "
+    "every row again); implies --recompute.",
 )
 @click.option("--stats", is_flag=True, help="Print the shards' statistics as JSON on stdout.")
 @click.option(
@@ -78,6 +85,7 @@ def run(
     shard_id: int | None,
     force_retry: bool,
     recompute: bool,
+    fresh: bool,
     stats: bool,
     export_prompts: str | None,
     wait: bool,
@@ -119,7 +127,8 @@ def run(
         plan = RunPlan(
             retry=ep.retry or force_retry,
             force_retry=force_retry,
-            recompute=recompute,
+            recompute=recompute or fresh,
+            fresh=fresh,
             retry_rows=force_retry,
             export_prompts=export_prompts,
         )

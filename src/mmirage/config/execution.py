@@ -108,8 +108,17 @@ class ExecutionParams:
     environment); one line per entry."""
     signal_grace_seconds: PositiveInt = 120
     """Slurm mode: a task about to hit its time limit gets SIGTERM this many seconds before; it
-    starts no new request, lets those under way come back (they are paid for; 25 s at most),
-    checkpoints, records "time limit" and exits, and its retry resumes from the checkpoint."""
+    stops as at `stop_grace_seconds` (until 20 s before the end at the latest), records "time
+    limit" and exits, and its retry resumes from the checkpoint."""
+    stop_grace_seconds: NonNegativeFloat = 20
+    """How long a stopped run waits for its requests in flight. The first Ctrl-C or SIGTERM
+    (`kill`, `scancel`, a job manager) stops sending, lets the requests under way come back for
+    up to this many seconds (they are paid for: their answers are kept, and the rerun does not
+    ask for them again), then exits 130 (Ctrl-C) or 143 (SIGTERM); a second signal stops at
+    once. 0: stop at once. In a SLURM task at most the cluster's KillWait less 5 s (a quarter
+    of a KillWait under 20 s; 25 s at SLURM's default of 30 s): SLURM follows its SIGTERM
+    (`scancel`, the time limit) with SIGKILL after KillWait, and the task must record its state
+    before that."""
     local_parallel_shards: PositiveInt = 1
     """Local mode: how many shards `mmirage run` runs at once, each in its own process; 1 runs
     them one after another."""

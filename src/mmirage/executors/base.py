@@ -23,12 +23,14 @@ if TYPE_CHECKING:
 class RunPlan:
     """How the selected shards run. ``retry``: retry failures within the retry budget
     (``max_retries`` retries after the first attempt, counted by status.json ``attempts``);
-    ``force_retry``: a new budget even when it is spent; ``recompute``: start from nothing;
+    ``force_retry``: a new budget even when it is spent; ``recompute``: compute the shards
+    again from the stored answers; ``fresh``: ask every request again (new samples);
     ``retry_rows``: compute again the published rows that failed for a retryable reason."""
 
     retry: bool
     force_retry: bool = False
     recompute: bool = False
+    fresh: bool = False
     retry_rows: bool = False
     export_prompts: str | None = None  # dry run: batch_api requests go to this path
 

@@ -16,7 +16,7 @@ import click
 from mmirage.errors import UserError, WorkFailed
 from mmirage.executors.base import Executor, RunPlan, RunRequest, summary
 from mmirage.executors.outcome import RunResult, ShardOutcome, conclude, describe, stats_json
-from mmirage.executors.signals import die_with_parent, sigterm_as_exit
+from mmirage.executors.signals import die_with_parent, stop_on_signals
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -83,7 +83,7 @@ def run_one(
         return ShardOutcome(shard_id, problem="out of retries")
     ensure_writable_dir(shard_dir(cfg, shard_id), "loading_params.state_dir")
     run_shard = run_shard or default_run_shard
-    force, reset = plan.recompute, plan.force_retry
+    force, reset, fresh = plan.recompute, plan.force_retry, plan.fresh
     tries = 0
     while True:
         tries += 1
@@ -92,6 +92,7 @@ def run_one(
                 cfg,
                 shard_id,
                 force=force,
+                fresh=fresh,
                 reset_attempts=reset,
                 retry_rows=plan.retry_rows,
                 run_id=run_id,
@@ -106,7 +107,8 @@ def run_one(
             if logging.getLogger().isEnabledFor(logging.DEBUG):
                 logging.getLogger(__name__).exception("%s failed", name)
             attempts = _attempts(cfg, shard_id)
-            force = reset = False  # a retry resumes from the checkpoint
+            # A retry resumes from the checkpoint, and takes what the failed attempt bought.
+            force = reset = fresh = False
             # `tries` bounds the loop even when the shard failed before it could count an
             # attempt in status.json (then `attempts` would never grow).
             if plan.retry and attempts <= max_retries and tries <= max_retries:
@@ -123,7 +125,8 @@ class LocalExecutor(Executor):
     """Shards run on this machine; a shard named on the command line always runs here.
 
     Injection points: ``run_shard`` replaces the shard runner for shards run in this process;
-    ``handle_signals=False`` leaves the process's SIGTERM handler alone (an embedding program).
+    ``handle_signals=False`` leaves the process's SIGINT and SIGTERM handlers alone (an
+    embedding program).
     """
 
     def __init__(
@@ -208,9 +211,21 @@ class LocalExecutor(Executor):
             return [run_one(self.cfg, k, plan, self.run_id, self._run_shard) for k in shards]
         from mmirage.executors.parallel import ParallelRun  # only for child processes
 
-        flags = (("--force-retry", plan.force_retry), ("--recompute", plan.recompute))
+        flags = (
+            ("--force-retry", plan.force_retry),
+            ("--recompute", plan.recompute),
+            ("--fresh", plan.fresh),
+        )
         extra = [flag for flag, on in flags if on]
-        parallel = ParallelRun(self.cfg, self.config_path, command, extra, width, self.run_id)
+        parallel = ParallelRun(
+            self.cfg,
+            self.config_path,
+            command,
+            extra,
+            width,
+            self.run_id,
+            handle_signals=self._handle_signals,
+        )
         return parallel.run(shards)
 
     def _conclude(self, outcomes: list[ShardOutcome], stats: bool) -> None:
@@ -219,7 +234,8 @@ class LocalExecutor(Executor):
     def _as_shard_process(self) -> None:
         if not self._handle_signals:
             return
-        sigterm_as_exit(self.cfg.execution_params.signal_grace_seconds)
+        ep = self.cfg.execution_params
+        stop_on_signals(ep.stop_grace_seconds, ep.signal_grace_seconds)
         die_with_parent()
 
     def _export(self, shards: list[int], plan: RunPlan) -> list[ShardOutcome]:

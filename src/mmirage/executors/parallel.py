@@ -1,12 +1,20 @@
 """Parallel local shards: up to ``local_parallel_shards`` child processes at a time, each
 ``mmirage run|retry CONFIG --shard-id K --run-id R``, their lines relayed with a ``[shard K]``
-prefix. Stopping the parent (Ctrl-C, SIGTERM, even SIGKILL) stops the children, which record
-"interrupted" and resume later from their checkpoints."""
+prefix.
+
+Stopping the parent (Ctrl-C, SIGTERM, even SIGKILL) stops the children gracefully: the parent
+starts no more of them and tells the running ones to stop (``signals.PARENT_STOP``, not its own
+signal, which they may get too: two would be a second signal). Each lets its requests in flight
+come back for up to ``stop_grace_seconds``, records "interrupted" and resumes later from its
+checkpoint; the parent then exits 130 (Ctrl-C) or 143 (SIGTERM), 0 only when every shard
+finished anyway. A second signal stops the children at once (``signals.PARENT_HURRY``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -21,12 +29,20 @@ from typing import IO, TYPE_CHECKING, Any
 from mmirage.executors.console import Console
 from mmirage.executors.forwarding import shard_env
 from mmirage.executors.outcome import ShardOutcome
-from mmirage.executors.signals import PARENT_PID_ENV
+from mmirage.executors.signals import (
+    PARENT_HURRY,
+    PARENT_PID_ENV,
+    PARENT_STOP,
+    STOP_SIGNALS,
+    ignored,
+)
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
-STOP_GRACE_S = 30.0  # how long stopped children get to record "interrupted" before SIGKILL
+# How long stopped children get, past their drain, to record "interrupted" (closing their
+# processors: a launched server takes seconds) before SIGKILL.
+STOP_GRACE_S = 30.0
 
 
 @dataclass
@@ -48,8 +64,11 @@ class ParallelRun:
         extra: list[str],
         width: int,
         run_id: str,
+        *,
+        handle_signals: bool = True,
     ) -> None:
         self.cfg = cfg
+        self.handle_signals = handle_signals  # False: an embedding program's handlers stay
         self.config_path = config_path.resolve()
         self.command = command
         self.extra = extra
@@ -62,32 +81,49 @@ class ParallelRun:
         self._shown_at = 0.0
 
     def run(self, shards: list[int]) -> list[ShardOutcome]:
+        """Every shard's outcome, in order; ``SystemExit`` (130, 143) when a signal stopped the
+        run before every shard finished."""
         waiting = list(shards)
         running: dict[int, _Child] = {}
         outcomes: dict[int, ShardOutcome] = {}
         self.rows_before = self._rows(shards)
         stopped_by_user_error = False
-        try:
-            while waiting or running:
-                while waiting and len(running) < self.width and not stopped_by_user_error:
-                    k = waiting.pop(0)
-                    running[k] = self._spawn(k)
-                for k, child in list(running.items()):
-                    if child.proc.poll() is not None:
-                        outcomes[k] = self._outcome(running.pop(k))
-                        stopped_by_user_error |= outcomes[k].user_error
-                if stopped_by_user_error and not running:
-                    break
-                self._show(shards, outcomes, running)
-                time.sleep(0.2)
-        except BaseException as exc:  # Ctrl-C, SIGTERM: stop the children, then go
-            self._stop(running.values(), signalled=isinstance(exc, KeyboardInterrupt))
-            raise
-        finally:
-            self.console.close()
+        # The handlers only note the signals: this loop acts on them between its steps, never
+        # in the middle of a spawn or of reaping a child (whose exit status would be lost).
+        with _NotedSignals(self.handle_signals) as signals:
+            stop = _Stop(self.cfg.execution_params.stop_grace_seconds)
+            try:
+                while (waiting and not signals.received) or running:
+                    stop.follow(signals.received, running.values())
+                    while (
+                        waiting
+                        and len(running) < self.width
+                        and not stopped_by_user_error
+                        and not signals.received
+                    ):
+                        k = waiting.pop(0)
+                        running[k] = self._spawn(k)
+                    for k, child in list(running.items()):
+                        if child.proc.poll() is not None:
+                            outcomes[k] = self._outcome(running.pop(k))
+                            stopped_by_user_error |= outcomes[k].user_error
+                    if stopped_by_user_error and not running:
+                        break
+                    self._show(shards, outcomes, running)
+                    time.sleep(0.2)
+            except BaseException:  # a failure here: the children must not outlive the parent
+                stop.follow([signal.SIGTERM], running.values())
+                stop.wait(running.values())
+                raise
+            finally:
+                self.console.close()
+        why = "interrupted" if signals.received else "stopped on a configuration error"
         for k in waiting:
-            outcomes[k] = ShardOutcome(k, problem="not started (stopped on a configuration error)")
-        return [outcomes[k] for k in shards]
+            outcomes[k] = ShardOutcome(k, problem=f"not started ({why})")
+        ordered = [outcomes[k] for k in shards]
+        if signals.received and not all(o.ok for o in ordered):
+            raise SystemExit(_interrupted(signals.received[0], ordered))
+        return ordered
 
     def _argv(self, shard_id: int) -> list[str]:
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
@@ -129,7 +165,12 @@ class ParallelRun:
         stats = _child_stats(b"".join(child.stdout))
         if code == 0:
             return ShardOutcome(child.shard_id, ok=True, stats=stats)
-        why = "stopped by a signal" if code < 0 else f"exit code {code}, see its lines above"
+        if code < 0:
+            why = "stopped by a signal"
+        elif code in _STOPPED:
+            why = "interrupted, see its lines above"
+        else:
+            why = f"exit code {code}, see its lines above"
         return ShardOutcome(child.shard_id, stats=stats, problem=why, user_error=code == 2)
 
     def _rows(self, shards: list[int]) -> int:
@@ -155,21 +196,85 @@ class ParallelRun:
             f"{rate:.1f} rows/s"
         )
 
-    @staticmethod
-    def _stop(children: Iterable[_Child], *, signalled: bool) -> None:
-        """Ctrl-C already reached the children (same process group): give them time to record
-        "interrupted". Otherwise send SIGTERM. SIGKILL whoever is still there after the grace."""
+
+# The exit statuses of a child stopped by a signal it handled (SIGINT, SIGTERM, PARENT_STOP).
+_STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+
+
+class _NotedSignals:
+    """While inside: SIGINT and SIGTERM are only noted, in order (``received``); one this
+    process ignores stays ignored."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _NotedSignals:
+        # signal() works in the main thread only; elsewhere (and when not enabled) a stop
+        # reaches the run as an exception, and the children are stopped all the same.
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                if not ignored(signum):
+                    self._previous[signum] = signal.signal(signum, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.received.append(signum)
+
+
+class _Stop:
+    """The parent's side of a stop: the first signal asks the children to stop gracefully,
+    a second to stop at once; whoever is still there past the grace is killed."""
+
+    def __init__(self, drain_s: float) -> None:
+        self.drain_s = drain_s
+        self.told = 0  # signals passed on to the children
+        self.deadline: float | None = None
+
+    def follow(self, received: list[int], children: Iterable[_Child]) -> None:
+        """Pass new signals on to ``children``; SIGKILL them once the grace is over."""
         live = [c for c in children if c.proc.poll() is None]
-        if not signalled:
+        if len(received) > self.told:
+            first = self.told == 0
             for child in live:
-                child.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for child in live:
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(PARENT_STOP if first else PARENT_HURRY)
+            grace = STOP_GRACE_S + (self.drain_s if first else 0.0)
+            self.deadline = min(self.deadline or math.inf, time.monotonic() + grace)
+            self.told = len(received)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            for child in live:
+                child.proc.kill()
+
+    def wait(self, children: Iterable[_Child]) -> None:
+        """Until every child has ended, killing those still there past the deadline."""
+        for child in children:
+            left = (self.deadline or time.monotonic()) - time.monotonic()
             try:
-                child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                child.proc.wait(timeout=max(0.0, left))
             except subprocess.TimeoutExpired:
                 child.proc.kill()
                 child.proc.wait()
+
+
+def _interrupted(signum: int, outcomes: list[ShardOutcome]) -> int:
+    """Say how the stopped run ended (each stopped shard said what it kept); its exit status."""
+    from mmirage.core.shard.stop import say, signal_name
+
+    done = sum(o.ok for o in outcomes)
+    unstarted = sum(bool(o.problem and o.problem.startswith("not started")) for o in outcomes)
+    stopped = len(outcomes) - done - unstarted
+    say(
+        f"interrupted by {signal_name(signum)}: {stopped} shard(s) stopped (each said above "
+        f"what it kept), {done} finished, {unstarted} not started; run the same command again "
+        "to go on"
+    )
+    return 128 + signum
 
 
 def _child_stats(output: bytes) -> dict[str, Any] | None:

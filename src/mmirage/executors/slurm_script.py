@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mmirage.config.execution import ExecutionParams
-from mmirage.core.shard.stop import DEADLINE_ENV, slurm_seconds
+from mmirage.core.shard.stop import DEADLINE_ENV, KILL_WAIT_ENV, slurm_seconds
 
-# The task records "time limit" on this signal (see ``signal_grace_seconds``).
+# The task records "time limit" on this signal (see ``signal_grace_seconds``). A scancel sends
+# SIGTERM too: either way the task drains its requests in flight, then exits (``stop``).
 TIME_LIMIT_SIGNAL = "TERM"
+# The cluster's KillWait (the time between SLURM's SIGTERM and its SIGKILL), which bounds the
+# task's drain; empty when scontrol cannot say (the task then assumes SLURM's default, 30 s).
+_KILL_WAIT = "$(scontrol show config 2>/dev/null | sed -n 's/^KillWait *= *\\([0-9]*\\).*/\\1/p')"
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,7 @@ def render_job_script(ep: ExecutionParams, spec: JobSpec) -> str:
         # When SLURM ends the task (counted from its start, before setup takes its time): its
         # SIGTERM near then is recorded as "time limit".
         f"export {DEADLINE_ENV}=$(( $(date +%s) + {slurm_seconds(ep.time_limit)} ))",
+        f"export {KILL_WAIT_ENV}={_KILL_WAIT}",
         *ep.setup,
         f"export HF_HOME={shlex.quote(ep.hf_home)}",
         *(f"export {name}={shlex.quote(value)}" for name, value in spec.env),

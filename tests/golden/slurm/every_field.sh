@@ -23,6 +23,7 @@
 #SBATCH --mail-type=END
 set -eo pipefail
 export MMIRAGE_SLURM_DEADLINE=$(( $(date +%s) + 86400 ))
+export MMIRAGE_SLURM_KILL_WAIT=$(scontrol show config 2>/dev/null | sed -n 's/^KillWait *= *\([0-9]*\).*/\1/p')
 module load cuda/12.4
 source /opt/venv/bin/activate
 export HF_HOME=/scratch/hf

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self, overload
 
+from mmirage.rundir import plain_config, results_relevant
+
 
 @dataclass(slots=True)
 class OutputRequest:
@@ -106,6 +108,11 @@ class OutputResult:
     fallback: bool = False  # value is the processor's configured fallback: used, error recorded
     input_tokens: int = 0
     output_tokens: int = 0
+    # Why generation stopped, in the provider's words (``stop``, ``length``, ``max_tokens``...).
+    finish_reason: str | None = None
+    # What kind of failure ``error`` is (llm_kit's ``error_kind``: ``truncated``, ``validation``,
+    # ``rate_limit``...); None for a success.
+    kind: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -150,16 +157,27 @@ class Processor(ABC):
     ``run_shard`` by the caller, which the caller closes.
     """
 
-    # Whether the runner journals each result as it arrives, so that a killed shard does not
-    # pay for it again. False where the processor remembers its requests itself (the batch
-    # spool does).
-    journal_results: bool = True
-
     @classmethod
     def from_config(cls, config: Any, context: RunContext | None = None) -> Self:
         """The processor for one ``processors[]`` entry. Fail here, before any row runs, on
         what can be checked up front (a missing key, script or function)."""
         return cls(config, context)  # type: ignore[call-arg]
+
+    def request_identity(self, output: Any) -> Any:
+        """What, beside the row, decides the answers to ``output``'s requests, as JSON-able
+        data; ``None``: its answers are not stored (the batch spool keeps its own).
+
+        The runner stores each answer under a digest of this, the row's key and what was
+        rendered for the row (its prompt; for an output without one, its variables), and
+        takes it from there instead of asking again (``core/shard/answers.py``): after a
+        kill, a retry, or a config edit that left this output's requests unchanged. By
+        default: the processor's class, its ``config`` less what only paces it (rpm, retries,
+        pools...: ``rundir.results_relevant``) — for an API that is the provider, base URL,
+        model, sampling and structured output — and the output's settings but its prompt
+        template (the rendered prompt is in the digest)."""
+        settings = results_relevant(plain_config(getattr(self, "config", None)))
+        shaped = {k: v for k, v in plain_config(output).items() if k != "prompt"}
+        return {"processor": type(self).__qualname__, "settings": settings, "output": shaped}
 
     @property
     def group_rows(self) -> int:
@@ -216,11 +234,13 @@ class Processor(ABC):
         rows start (what an interrupted run already sent for them is for the processor to
         know; the batch spool does)."""
 
-    async def drain(self) -> None:  # noqa: B027 - by default the stop cancels at once
-        """Called when the shard must stop soon (its time limit is near): start no new
-        request, and return once those under way have their results (handed to ``deliver``'s
-        ``take`` as usual, so they are journaled). The runner stops once every processor's
-        drain returned (or its time is up); by default there is nothing to wait for."""
+    async def drain(self) -> int | None:
+        """Called when the shard must stop (a signal, its time limit): start no new request,
+        and return once those under way have their results (handed to ``deliver``'s ``take``
+        as usual, so they are stored); how many came back, when known. The runner stops once
+        every processor's drain returned (or its time is up); by default there is nothing to
+        wait for."""
+        return None
 
     async def finish(self) -> str | None:
         """Called when every row of a dataset has a result, before the shard is published;

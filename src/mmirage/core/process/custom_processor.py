@@ -169,6 +169,12 @@ class CustomProcessor(Processor):
             self._shutdown(kill=False)
             raise ConfigError(self.source, *problem)
 
+    def request_identity(self, output: Any) -> Any:
+        # Computed here, paid for by nobody: not stored (an edited script, or a module it
+        # imports, must take effect; and its values may be large). A killed shard computes
+        # its rows in flight again.
+        return None
+
     # -- pool lifecycle ------------------------------------------------------------------
 
     def _start_pool(self) -> tuple[str, str] | None:
@@ -320,10 +326,13 @@ __all__ = ["CustomProcessor"]
 def _die_with_parent() -> None:
     """Ask Linux to kill this worker when the shard's process dies (even by kill -9), so that
     no orphaned worker keeps running, or holding memory, after its shard is gone."""
+    import signal
+
+    # A terminal's Ctrl-C reaches the workers too: the shard's own process stops them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not sys.platform.startswith("linux"):
         return
     import ctypes
-    import signal
 
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)

@@ -180,8 +180,8 @@ class LLMProcessor(Processor):
         # A rejected API key (401) raises from here: that is not one row's failure.
         await self._requests.run(items, _results_to(take))
 
-    async def drain(self) -> None:
-        await self._requests.drain()
+    async def drain(self) -> int:
+        return await self._requests.drain()
 
     async def finish(self) -> str | None:
         await self._requests.stop()  # every group is done: the pool's workers can go
@@ -245,13 +245,22 @@ class _ItemBuilder:
 
 
 def _results_to(take: Callable[[int, OutputResult], None]) -> Callable[[BatchResult], None]:
-    """llm_kit's results to ``take``: a plain answer in one call to its ``answer`` entry (the
-    common case, by millions), any other as the ``OutputResult`` of ``_to_output_result``."""
+    """llm_kit's results to ``take``: a plain answer that ended normally in one call to its
+    ``answer`` entry (the common case, by millions), any other (a failure, a JSON answer, a
+    text cut at the token limit) as the ``OutputResult`` of ``_to_output_result``, which
+    carries its finish reason and failure kind."""
+    from llm_kit.answers import ORDINARY_STOPS
+
     answer = answer_of(take)
 
     def on_result(result: BatchResult) -> None:
         response, usage = result.response, result.usage
-        if result.ok and type(response) is str and usage is not None:
+        if (
+            result.ok
+            and type(response) is str
+            and usage is not None
+            and result.finish_reason in ORDINARY_STOPS
+        ):
             # Plain outputs are stripped, as the reference pipeline's outputs are.
             index = result.metadata["index"]
             answer(index, response.strip(), usage.input_tokens, usage.output_tokens)
@@ -267,11 +276,14 @@ def _to_output_result(result: Any) -> OutputResult:
         out = OutputResult()
     else:
         out = OutputResult(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+    out.finish_reason = result.finish_reason
     if not result.ok:
         error = result.error or "the request failed"
         if result.error_kind and result.error_kind not in error:
             error = f"{error} ({result.error_kind})"
-        out.error, out.retryable = error, result.retryable
+        # kind travels apart: the answer store keeps permanent failures (truncated,
+        # validation) so that a rerun does not buy them again.
+        out.error, out.retryable, out.kind = error, result.retryable, result.error_kind
     elif isinstance(result.response, str):
         # Plain outputs are stripped, as the reference pipeline's outputs are.
         out.value = result.response.strip()

@@ -8,7 +8,7 @@ groups' items go into one queue that one long-lived ``batch_to_callback`` drains
 result is handed to the callback of the group that sent it.
 
 ``drain()`` holds the queue: no new request starts, and it returns once every one under way has
-come back (a shard stopped at its time limit keeps what it paid for).
+come back (a stopped shard keeps what it paid for), with how many did.
 """
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ class SharedStream:
         self._pool: tuple[ItemQueue, asyncio.Task[int]] | None = None
         self._groups: dict[int, _Group] = {}
         self._ids = itertools.count()
-        # Items of the running pool not answered yet (queued or in flight), and who waits for
-        # the ones in flight to come back (``drain``).
+        # Items of the running pool not answered yet (queued or in flight), answers routed so
+        # far, and who waits for the ones in flight to come back (``drain``).
         self._unanswered = 0
+        self._answered = 0
         self._drained: asyncio.Future[None] | None = None
 
     async def run(self, items: Sequence[BatchItem], take: Callable[[BatchResult], None]) -> None:
@@ -101,21 +102,23 @@ class SharedStream:
         queue.close()
         await pump
 
-    async def drain(self) -> None:
+    async def drain(self) -> int:
         """Start no new request (the queued items are held) and return once every one under
-        way has its result, handed to its group as usual."""
+        way has its result, handed to its group as usual: how many came back meanwhile."""
         pool = self._pool
         if pool is None:
-            return
+            return 0
         queue, pump = pool
         queue.hold()
         if not self._in_flight() or pump.done():
-            return
+            return 0
+        answered = self._answered
         drained = self._drained
         if drained is None or drained.done():
             drained = self._drained = asyncio.get_running_loop().create_future()
             pump.add_done_callback(lambda _: _resolve(drained))  # a dead pool has none in flight
         await asyncio.shield(drained)  # a caller that gives up leaves it to the others
+        return self._answered - answered  # held: each was under way when the drain began
 
     async def cancel(self) -> None:
         """End the pool now, its requests in flight abandoned."""
@@ -161,6 +164,7 @@ class SharedStream:
 
     def _route(self, result: BatchResult) -> None:
         self._unanswered -= 1
+        self._answered += 1
         if self._drained is not None:
             self._check_drained()
         group = self._groups.get(result.metadata[GROUP])

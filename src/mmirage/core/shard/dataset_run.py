@@ -1,7 +1,7 @@
 """One dataset of a shard, from its checkpoint to its published file: rows are read, handed to
 the processors a group at a time (two groups in flight) and appended to the part file, in
-order, while the next groups run; results are journaled as they arrive, and the part file is
-checkpointed every so often (``landing``)."""
+order, while the next groups run; answers go to the shard's answer store as they arrive, and
+the part file is checkpointed every so often (``landing``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from llm_kit.gcquiet import quiet_gc
 from mmirage.core.loader import DatasetShard
 from mmirage.core.process.base import Processor
-from mmirage.core.shard.journal import ResultJournal
+from mmirage.core.shard.answers import AnswerStore
 from mmirage.core.shard.landing import Landing
 from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.progress import RowProgress
@@ -23,19 +23,11 @@ from mmirage.core.shard.recovery import locator
 from mmirage.core.shard.report import ShardReport
 from mmirage.core.shard.rows import RowWorker
 from mmirage.core.shard.state import ShardStatus
-from mmirage.rundir import journal_path
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
 logger = logging.getLogger("mmirage.core.shard.runner")  # the name users filter on
-
-
-def open_journal(out: ShardOutput, fp: str) -> ResultJournal:
-    """The journal of ``out``'s part file, open for this configuration ``fp``."""
-    journal = ResultJournal(journal_path(out.part), fp)
-    journal.open()
-    return journal
 
 
 def group_rows(config: MMirageConfig, procs: Mapping[str, Processor]) -> int:
@@ -53,6 +45,7 @@ async def run_dataset(
     procs: Mapping[str, Processor],
     status: ShardStatus,
     report: ShardReport,
+    store: AnswerStore,
 ) -> ShardCheckpoint:
     """Run ``shard`` (one dataset of the shard) from its checkpoint to its published file."""
     rows_per_group = group_rows(config, procs)
@@ -60,7 +53,6 @@ async def run_dataset(
     if ckpt.rows_done:
         logger.info("shard %d: resuming %s after %d rows", shard.shard_id, out.part, ckpt.rows_done)
     report.resumed_rows += ckpt.rows_done
-    journal = open_journal(out, fp)
     bar = RowProgress(
         shard.num_rows,
         f"shard {shard.shard_id} · dataset {shard.dataset_index}",
@@ -76,7 +68,7 @@ async def run_dataset(
         )
         for proc in procs.values():
             proc.resume_at(first)
-    worker = RowWorker(config, shard, offsets, procs, journal, bar.count)
+    worker = RowWorker(config, shard, offsets, procs, store, bar.count)
     # Two groups in flight: the next one is read and rendered while the current one's requests
     # are out, so request slots never idle during the CPU work between groups. (Concurrency
     # stays bounded: the processors share their connection pools.) Groups land in order.
@@ -87,7 +79,7 @@ async def run_dataset(
     # that fsync, so the connections never wait for the disk.
     landing: asyncio.Task[None] | None = None
 
-    lands = Landing(out, ckpt, journal, status, report)
+    lands = Landing(out, ckpt, status, report)
 
     async def land_oldest() -> None:
         nonlocal landing
@@ -128,7 +120,6 @@ async def run_dataset(
                     landing.exception()  # retrieved: asyncio would log it as lost
             if not ckpt.complete and (landing is None or not _failed(landing)):
                 lands.checkpoint_now()
-            journal.close(remove=ckpt.complete)
     report.add(ckpt)
     return ckpt
 

@@ -3,10 +3,9 @@ checkpointed: the first group at once, then every ``CHECKPOINT_SECONDS``, and wh
 stops.
 
 A checkpoint costs two fsyncs and a hand-off to a thread; one per group measured ~8 % of a
-fast run. What lands between two checkpoints is safe all the same: every successful answer is
-in the journal already, so a run that resumes after a kill rebuilds those rows without a
-request. Failed rows are not journaled (a resumed run tries them again), so a group with one
-is checkpointed as it lands: a refusal, paid for, is not bought twice.
+fast run. What lands between two checkpoints is safe all the same: every answer paid for is in
+the answer store already, so a run that resumes after a kill rebuilds those rows without a
+request.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import time
 from operator import itemgetter
 from typing import Any
 
-from mmirage.core.shard.journal import ResultJournal
 from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.reading import Item
 from mmirage.core.shard.report import ShardReport
@@ -28,7 +26,7 @@ from mmirage.rundir import COUNTERS, ERRORS, ROW_KEY
 logger = logging.getLogger("mmirage.core.shard.runner")
 
 CHECKPOINT_SECONDS = 1.0  # between two checkpoints of a part file
-_ROW_KEY_OF, _ERRORS_OF = itemgetter(ROW_KEY), itemgetter(ERRORS)
+_ERRORS_OF = itemgetter(ERRORS)
 
 
 class Landing:
@@ -38,13 +36,12 @@ class Landing:
         self,
         out: ShardOutput,
         ckpt: ShardCheckpoint,
-        journal: ResultJournal,
         status: ShardStatus,
         report: ShardReport,
     ) -> None:
-        self.out, self.ckpt, self.journal = out, ckpt, journal
+        self.out, self.ckpt = out, ckpt
         self.status, self.report = status, report
-        self._unsettled: list[str] = []  # rows appended since the last checkpoint
+        self._unsettled = 0  # rows appended since the last checkpoint
         self._last = -CHECKPOINT_SECONDS  # the first group is checkpointed at once: progress shows
 
     async def land(
@@ -55,7 +52,7 @@ class Landing:
         ckpt, report = self.ckpt, self.report
         self.out.append(records)
         tally_rows(ckpt, records)
-        self._unsettled += map(_ROW_KEY_OF, records)
+        self._unsettled += len(records)
         errors = list(map(_ERRORS_OF, records))  # a loop in C: rows are many
         failed = errors.count(None) < len(errors)
         if failed and report.first_row_error is None:
@@ -63,10 +60,8 @@ class Landing:
             where, why = next(iter(errors[at].items()))
             report.first_row_error = f"row {records[at][ROW_KEY]} ({where}): {why}"
         ckpt.range_index, ckpt.next_row_id = range_index, items[-1].row_id + 1
-        # A failed row's answer is not journaled (a resumed run tries it again), and a
-        # refusal is paid for: a group with one is checkpointed at once, as it lands.
-        if failed or time.monotonic() - self._last >= CHECKPOINT_SECONDS:
-            # fsync in a thread: the loop keeps reading (and journaling) answers meanwhile.
+        if time.monotonic() - self._last >= CHECKPOINT_SECONDS:
+            # fsync in a thread: the loop keeps reading (and storing) answers meanwhile.
             await asyncio.to_thread(self.out.checkpoint, self.ckpt)
             self._settled()
         else:
@@ -83,7 +78,8 @@ class Landing:
     def checkpoint_now(self) -> None:
         """On the way out of an interrupted run: record what landed, so that its status
         counts those rows and a resume starts after them. A failure here only means the
-        resume starts earlier (the journal has the answers): the run's own error goes on."""
+        resume starts earlier (the answer store has the answers): the run's own error goes
+        on."""
         if not self._unsettled:
             return
         try:
@@ -96,8 +92,7 @@ class Landing:
         self._last = time.monotonic()
         counters = self.report.counters()
         self.status.update_counters({k: counters[k] + getattr(self.ckpt, k) for k in COUNTERS})
-        self.journal.settle(self._unsettled)
-        self._unsettled.clear()
+        self._unsettled = 0
         self.status.beat()
 
 

@@ -3,10 +3,10 @@ reason, pay only for their failed outputs, and publish the shard again.
 
 Such rows carry a ``__retry__`` marker (``retry_marker``) with the outputs that had
 succeeded. They are read again from the source and go through the same ``RowWorker`` as a
-run, a processing group at a time; the succeeded outputs are put in the journal first, so
-the worker takes them the way a resumed run takes results it already paid for, and only the
-failed outputs are requested. New results are journaled as they arrive, and the journal is
-kept until the new shard is published: a retry killed midway pays for nothing twice.
+run, a processing group at a time; the succeeded outputs are pinned in the answer store
+first, so the worker takes them the way it takes any answer already paid for, and only the
+failed outputs are requested. New answers are stored as they arrive: a retry killed midway
+pays for nothing twice.
 
 Then the shard is rewritten: every row in its place, the recomputed ones replaced (with the
 tokens their failed attempts spent added to their usage), and published again atomically
@@ -37,10 +37,11 @@ logger = logging.getLogger(__name__)
 
 
 async def retry_failed_rows(
-    worker: RowWorker, out: ShardOutput, group_rows: int, notes: list[str]
+    worker: RowWorker, out: ShardOutput, group_rows: int, notes: list[str], fingerprint: str
 ) -> ShardCheckpoint:
-    """Compute the marked rows of ``out``'s published shard again and publish it anew;
-    returns the new checkpoint (``notes`` gets one line saying what happened)."""
+    """Compute the marked rows of ``out``'s published shard again and publish it anew under
+    the configuration ``fingerprint``; returns the new checkpoint (``notes`` gets one line
+    saying what happened)."""
     published = out.find_published()
     if published is None:
         raise FileNotFoundError(f"{out.dir / out.name}: the published shard is gone")
@@ -51,11 +52,10 @@ async def retry_failed_rows(
         for proc in worker.procs.values():  # a batch_api processor submits what it spooled
             if note := await proc.finish():
                 notes.append(note)
-        ckpt = _rewrite(out, published, retried, worker.journal.fingerprint)
+        ckpt = _rewrite(out, published, retried, fingerprint)
     finally:
         out.close()
         retried.unlink(missing_ok=True)
-        worker.journal.close(remove=ckpt is not None)  # kept: a rerun pays for nothing twice
     still = ckpt.rows_retryable
     notes.append(
         f"re-ran {count} row(s) that had failed for a retryable reason: {count - still} "
@@ -103,7 +103,7 @@ async def _recompute(worker: RowWorker, published: Path, sink: Path, group_rows:
         for row, marker in _marked(published, worker.shard):
             key = worker.key_of(row)
             for name, result in marker.kept.items():
-                worker.journal.replay(key, name, result)  # taken instead of asked again
+                worker.store.pin(key, name, result)  # taken instead of asked again
             group.append((row, marker))
             count += 1
             if len(group) >= group_rows:

@@ -1,8 +1,10 @@
 """One processing group of a shard: rows → variables → outputs in order → published records.
 
 ``RowWorker.process`` takes a group of rows (unreadable ones in their place) and returns one
-record per row, in order, as the part file holds them (see ``runner`` for the columns). Results
-an interrupted run already paid for come from the journal instead of a new request.
+record per row, in order, as the part file holds them (see ``runner`` for the columns). An
+answer already paid for (by an interrupted run, an earlier configuration that asked the same,
+a retried row's kept outputs) comes from the answer store instead of a new request, and every
+new answer goes there as it arrives.
 
 A group is held as columns (``_Group``), its requests too (``RequestBatch``): what a run costs
 beyond llm_kit's own work is mostly Python calls made per row, so the common case (a row
@@ -20,9 +22,10 @@ from mmirage.core.process.base import OutputResult, Processor, RequestBatch, Tak
 from mmirage.core.render.prompts import prompt_renderer
 from mmirage.core.render.renderer import OutputRenderer, is_placeholder
 from mmirage.core.render.variables import RowError, VariableExtractor, image_urls
-from mmirage.core.shard.journal import ResultJournal
+from mmirage.core.shard.answers import AnswerStore, keeps
 from mmirage.core.shard.progress import RowCount
 from mmirage.core.shard.reading import Item
+from mmirage.core.shard.request_keys import RequestKeys
 from mmirage.core.shard.retry_marker import retry_marker
 from mmirage.rundir import ERRORS, RETRY, ROW_KEY, USAGE, VARS
 
@@ -108,7 +111,7 @@ class RowWorker:
         shard: DatasetShard,
         offsets: Mapping[tuple[int, str | None], int],
         procs: Mapping[str, Processor],
-        journal: ResultJournal,
+        store: AnswerStore,
         count: RowCount | None = None,
     ) -> None:
         pp = config.processing_params
@@ -117,10 +120,11 @@ class RowWorker:
         self.shard = shard
         self.offsets = offsets
         self.procs = procs
-        self.journal = journal
+        self.store = store
         self.dataset_index = shard.dataset_index
         self.extractor = VariableExtractor.for_params(pp, shard.source.image_base_path)
         self.image_names = [i.name for i in pp.inputs if i.type == "image"]
+        self.request_keys = RequestKeys(self.image_names)
         self.renderer = OutputRenderer(pp.output_schema, remove_columns=pp.remove_columns)
         self.output_names = [o.name for o in pp.outputs]
         # What each succeeded output cost, for a failed row's retry marker: with one output,
@@ -174,11 +178,19 @@ class RowWorker:
     async def _output(self, output: OutputVar, g: _Group) -> None:
         """Compute one output for the rows still going."""
         name = output.name
-        going = g.going()
-        if self.journal.replays:
-            going = self._replayed(g, going, name)
         render = self.prompts.get(name)  # custom outputs have no prompt
-        prompts, going = self._prompts(g, going, name, render)
+        prompts, going = self._prompts(g, g.going(), name, render)
+        proc = self.procs[processor_key(self.config.processor_for(output))]
+        identity = self.request_keys.identity(output, proc)
+        digests: list[bytes] | None = None
+        if identity is not None and going:
+            by_row = None if render is not None else g.rows  # no prompt: the row decides
+            digests = self.request_keys.digests(
+                identity, going, prompts, g.keys, g.variables, by_row
+            )
+            if self.store.lookups:
+                going, prompts, digests = self._stored(g, going, name, prompts, digests)
+            self.store.asked += len(going)
         if not going:
             return
         if len(going) == len(g.keys):  # every row: the group's own columns
@@ -191,21 +203,29 @@ class RowWorker:
         images = self.image_names if render is not None else None
         urls = [image_urls(v, images) for v in values] if images else None
         requests = RequestBatch(name, keys, prompts, urls, values, rows, sources)
-        proc = self.procs[processor_key(self.config.processor_for(output))]
-        journal = self.journal if proc.journal_results else None
-        await proc.deliver(output, requests, self._taker(g, going, name, journal))
-        self.journal.flush()
+        await proc.deliver(output, requests, self._taker(g, going, name, digests))
+        self.store.flush()
 
-    def _replayed(self, g: _Group, going: Sequence[int], name: str) -> list[int]:
-        """``going`` less the rows whose ``name`` an interrupted run paid for (taken here)."""
-        lookup, keys, still = self.journal.get, g.keys, []
-        for p in going:
-            journaled = lookup(keys[p], name)
-            if journaled is None:
-                still.append(p)
-            else:
-                self._take(g, p, name, journaled)
-        return still
+    def _stored(
+        self,
+        g: _Group,
+        going: Sequence[int],
+        name: str,
+        prompts: list[str | None],
+        digests: list[bytes],
+    ) -> tuple[list[int], list[str | None], list[bytes]]:
+        """The requests the store cannot answer; the stored answers are taken here."""
+        found = self.store.find(name, [g.keys[p] for p in going], digests)
+        if not found:
+            return list(going), prompts, digests
+        for at, result in found.items():
+            self._take(g, going[at], name, result)
+        still = [at for at in range(len(going)) if at not in found]
+        return (
+            [going[at] for at in still],
+            [prompts[at] for at in still],
+            [digests[at] for at in still],
+        )
 
     def _prompts(
         self,
@@ -236,12 +256,15 @@ class RowWorker:
         return prompts, kept
 
     def _taker(
-        self, g: _Group, going: Sequence[int], name: str, journal: ResultJournal | None
+        self, g: _Group, going: Sequence[int], name: str, digests: list[bytes] | None
     ) -> Take:
         """``take(index, result)`` (and ``take.answer``) for the processor: the result of
-        request ``index`` journaled the moment it arrives (a failed write ends the call: it
-        sends no more), then kept for its row."""
-        add = journal.add_answer if journal is not None else None
+        request ``index`` stored the moment it arrives (a failed write ends the call: it
+        sends no more), then kept for its row. ``digests``: the requests' keys in the answer
+        store (None: this processor's answers are not stored)."""
+        store = self.store
+        add = store.add_answer if digests is not None else None
+        digest_of = digests or []
         keys, variables, errors = g.keys, g.variables, g.errors
         input_tokens, output_tokens, count = g.input_tokens, g.output_tokens, self.count
         last = name == self.output_names[-1]
@@ -251,7 +274,7 @@ class RowWorker:
         def answer(index: int, value: Any, tokens_in: int, tokens_out: int) -> None:
             p = going[index]
             if add is not None:
-                add(keys[p], name, value, tokens_in, tokens_out)
+                add(digest_of[index], keys[p], name, value, tokens_in, tokens_out)
             if inline:  # ``_take``'s common case, without its call
                 variables[p][name] = value
                 input_tokens[p] += tokens_in
@@ -266,10 +289,13 @@ class RowWorker:
                 )
 
         def take(index: int, result: OutputResult) -> None:
-            if result.error is None:
+            if result.error is None and result.finish_reason is None:
                 answer(index, result.value, result.input_tokens, result.output_tokens)
-            else:  # errors are not journaled: a resumed run asks again
-                take_result(g, going[index], name, result)
+                return
+            p = going[index]
+            if add is not None and keeps(result):  # a transient failure is asked again
+                store.add(digest_of[index], keys[p], name, result)
+            take_result(g, p, name, result)
 
         return Take(take, answer)
 

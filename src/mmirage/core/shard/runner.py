@@ -19,11 +19,13 @@ A processor's configured fallback (custom ``fallback_value``) is used as the out
 its reason is still recorded in ``__errors__``, so no fallback is silent.
 
 Rows are processed a group at a time (``batch_size`` rows, more when a processor wants more to
-keep its concurrency busy) and a checkpoint follows every group. Results are journaled as they
-arrive (``journal.py``), so a killed shard resumes at its last checkpoint without paying again
-for the results that had already come back. A finished shard is skipped on rerun unless
-``force`` (recompute from scratch); ``reset_attempts`` gives a failed shard its retry budget
-back without discarding anything.
+keep its concurrency busy) and a checkpoint follows every group. Every answer goes to the
+shard's answer store as it arrives (``answers.py``) and stays there: a killed shard resumes at
+its last checkpoint, and a shard whose configuration changed is computed again, without paying
+again for an answer whose request did not change. A finished shard is skipped on rerun unless
+``force`` (compute it again from the stored answers) or its configuration changed; ``fresh``
+asks every request again (new samples); ``reset_attempts`` gives a failed shard its retry
+budget back without discarding anything.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from mmirage.core.loader import open_datasets, plan_shard
 from mmirage.core.loader.base import DataError
 from mmirage.core.process.base import Processor, RunContext
 from mmirage.core.process.factory import build_processor  # built-ins import on first use
-from mmirage.core.shard.dataset_run import group_rows, open_journal, run_dataset
+from mmirage.core.shard.answers import AnswerStore
+from mmirage.core.shard.dataset_run import group_rows, run_dataset
 from mmirage.core.shard.output import ShardOutput
 from mmirage.core.shard.published import verified_finished
 from mmirage.core.shard.reading import source_offsets
@@ -63,11 +66,12 @@ from mmirage.core.shard.stop import (
 )
 from mmirage.core.writer.helper import ArrowHelper
 from mmirage.rundir import (
+    answers_dir,
     fingerprint,
-    journal_path,
     pipeline_dir,
     pipeline_id,
     shard_lock_path,
+    shard_name,
 )
 
 if TYPE_CHECKING:
@@ -82,6 +86,7 @@ def run_shard(
     *,
     processors: Mapping[str, Processor] | None = None,
     force: bool = False,
+    fresh: bool = False,
     reset_attempts: bool = False,
     retry_rows: bool = False,
     run_id: str | None = None,
@@ -102,6 +107,7 @@ def run_shard(
             shard_id,
             processors=processors,
             force=force,
+            fresh=fresh,
             reset_attempts=reset_attempts,
             retry_rows=retry_rows,
             run_id=run_id,
@@ -116,6 +122,7 @@ async def arun_shard(
     *,
     processors: Mapping[str, Processor] | None = None,
     force: bool = False,
+    fresh: bool = False,
     reset_attempts: bool = False,
     retry_rows: bool = False,
     run_id: str | None = None,
@@ -133,18 +140,21 @@ async def arun_shard(
             num_shards=lp.num_shards,
             state_dir=str(pipeline_dir(config)),
             export_prompts=export_prompts,
-            fresh=force,
+            fresh=force or fresh,
             pipeline_id=pipeline_id(config),
             fingerprint=fingerprint(config),
         )
-        return await _arun_shard_locked(
-            config,
-            context,
-            processors=processors,
-            force=force,
-            reset_attempts=reset_attempts,
-            retry_rows=retry_rows,
-        )
+        with AnswerStore(answers_dir(config), shard_name(shard_id, lp.num_shards)) as store:
+            return await _arun_shard_locked(
+                config,
+                context,
+                store,
+                processors=processors,
+                force=force or fresh,
+                fresh=fresh,
+                reset_attempts=reset_attempts,
+                retry_rows=retry_rows,
+            )
 
 
 def new_run_id() -> str:
@@ -158,9 +168,11 @@ def new_run_id() -> str:
 async def _arun_shard_locked(
     config: MMirageConfig,
     context: RunContext,
+    store: AnswerStore,
     *,
     processors: Mapping[str, Processor] | None,
     force: bool,
+    fresh: bool,
     reset_attempts: bool,
     retry_rows: bool,
 ) -> ShardReport:
@@ -178,11 +190,10 @@ async def _arun_shard_locked(
     shards = plan_shard(sources, lp.num_shards, shard_id)
     offsets = source_offsets(sources)
     outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards, lp.output_format) for s in shards]
-    _check_can_run(status, outputs, fp, shard_id, force)
-    if force:  # start afresh: results and the retry budget
+    force = _check_can_run(config, status, outputs, fp, shard_id, force)
+    if force:  # computed again, from the stored answers; the retry budget too
         for out in outputs:
             out.discard()
-            journal_path(out.part).unlink(missing_ok=True)
     if force or reset_attempts:
         status.data["attempts"] = 0
     done = verified_finished(outputs, shards, fp, repair=reset_attempts)
@@ -203,15 +214,18 @@ async def _arun_shard_locked(
             out.arrow = arrow
         async with _processors(config, processors, context) as procs:
             status.start(fp)
+            store.open(fresh=fresh)  # after status.json: a full disk names that file first
             beating = asyncio.create_task(_heartbeat(status))
             try:
                 for shard, out, finished in zip(shards, outputs, done, strict=True):
                     if finished is None:
-                        await run_dataset(config, shard, offsets, out, fp, procs, status, report)
+                        await run_dataset(
+                            config, shard, offsets, out, fp, procs, status, report, store
+                        )
                     elif retry_rows and finished.rows_retryable:
-                        worker = RowWorker(config, shard, offsets, procs, open_journal(out, fp))
+                        worker = RowWorker(config, shard, offsets, procs, store)
                         rows = group_rows(config, procs)
-                        report.add(await retry_failed_rows(worker, out, rows, report.notes))
+                        report.add(await retry_failed_rows(worker, out, rows, report.notes, fp))
                         report.resumed_rows += finished.rows_done - finished.rows_retryable
                     else:
                         report.add(finished)
@@ -233,14 +247,23 @@ async def _arun_shard_locked(
             # Recorded before the processors close (a launched server takes seconds to stop): a
             # SIGTERM then must not leave a published shard "running".
             report.runtime_seconds = time.monotonic() - started
+            if summary := store.summary():
+                report.notes.append(summary)
             status.update_counters(report.counters())
             status.finish(None, _stats(report))
     return report
 
 
 def _check_can_run(
-    status: ShardStatus, outputs: list[ShardOutput], fp: str, shard_id: int, force: bool
-) -> None:
+    config: MMirageConfig,
+    status: ShardStatus,
+    outputs: list[ShardOutput],
+    fp: str,
+    shard_id: int,
+    force: bool,
+) -> bool:
+    """Whether the shard must be computed again (``force``, or its configuration changed);
+    raises when it cannot run now."""
     data = status.data
     if data.get("status") == RUNNING and not is_stale(data):
         raise ShardConflictError(
@@ -249,16 +272,27 @@ def _check_can_run(
             "stale by 'mmirage check'"
         )
     if force:
-        return
-    stale = data.get("fingerprint") not in (None, fp) or any(
+        return True
+    changed = data.get("fingerprint") not in (None, fp) or any(
         (c := out.finished()) is not None and c.fingerprint not in ("", fp) for out in outputs
     )
-    if stale:
+    if not changed:
+        return False
+    if config.uses_batch_api:
+        # Its requests went to provider batches, which the answer store does not hold: a new
+        # submission would pay for every row again, so the user decides.
         raise ShardConflictError(
             f"shard {shard_id} has results from a different configuration (inputs, outputs, "
             "output_schema, datasets or a processor's model/sampling/function changed); "
-            "rerun with --recompute to recompute it, or restore the previous configuration"
+            "rerun with --recompute to submit its batch_api requests again (paid again), or "
+            "restore the previous configuration"
         )
+    logger.info(
+        "shard %d: the configuration changed since it was computed; computing it again, "
+        "from stored answers where its requests did not change",
+        shard_id,
+    )
+    return True
 
 
 @contextlib.asynccontextmanager

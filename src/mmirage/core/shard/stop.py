@@ -1,15 +1,18 @@
-"""Why a shard was stopped by a signal, recorded in its status: a SLURM task that reached its
-time limit is told so ``--signal`` seconds before the end, and says "time limit".
+"""How a shard stops on a signal (Ctrl-C, SIGTERM, ``scancel``, the SLURM time limit), and why
+it records that it stopped.
 
 While a shard's coroutine runs, a stop signal cancels it at its next ``await`` instead of
 raising where the interpreter happens to be: a journal rewrite, a checkpoint or a library's
 callback (aiohttp turns any exception in its parser into a payload error, which would be
 retried) is never cut in half, and the shard records why it stopped.
 
-At the time limit there is time left, and the requests in flight are paid for: the shard first
-drains its processors (no new row is started; the requests under way, with their retries, come
-back and are journaled) for up to ``DRAIN_MAX_S``, then is cancelled. A second signal cuts the
-drain short."""
+Every stop is graceful: the requests in flight are paid for, so the shard first drains its
+processors (no new row is started; the requests under way, with their retries, come back and
+are stored) for up to ``execution_params.stop_grace_seconds``, then is cancelled, and the
+process exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM) after one sentence
+on stderr. In a SLURM task the drain may be shorter: SLURM follows its SIGTERM (``scancel``,
+the time limit) with SIGKILL after KillWait, and the task must have recorded its state by then
+(``drain_seconds``). A second signal cuts the drain short."""
 
 from __future__ import annotations
 
@@ -18,9 +21,11 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
 
@@ -34,10 +39,15 @@ _SLACK_S = 60.0
 # Of the time left at the time limit, what the way out keeps (at most half of it): the last
 # checkpoint and the status, before SLURM's SIGKILL.
 _EXIT_RESERVE_S = 20.0
-# The longest drain. A scancel or a preemption in the last minutes looks like the time limit,
-# and SLURM's SIGKILL follows it after KillWait (30 s by default): the shard must have recorded
-# its state by then.
-DRAIN_MAX_S = 25.0
+# Set by the SLURM job script: the cluster's KillWait (seconds). A scancel, a preemption or
+# the time limit itself sends SIGTERM, then SIGKILL after KillWait: the shard must have recorded
+# its state by then, whatever stop_grace_seconds says.
+KILL_WAIT_ENV = "MMIRAGE_SLURM_KILL_WAIT"
+_KILL_WAIT_S = 30.0  # SLURM's default, when the job script could not read it
+# Of KillWait, what the way out keeps (a quarter of it, when that is less): the checkpoint and
+# the status. So the longest drain in a SLURM task at the default KillWait is 25 s.
+_KILL_RESERVE_S = 5.0
+DRAIN_MAX_S = _KILL_WAIT_S - _KILL_RESERVE_S
 _TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>\d+(?::\d{1,2}){0,2})$")
 
 
@@ -67,6 +77,28 @@ def note(reason: str) -> None:
     _noted.append(reason)
 
 
+# How a stop's drain went (``_Stop.how``), for the sentence on stderr.
+KEPT = "kept"  # every request in flight came back and was stored
+ABANDONED = "abandoned"  # some were still in flight when the drain's time was up
+FAILED = "failed"  # the drain itself failed (its pool died): what came back is stored
+AT_ONCE = "at once"  # no time to drain (stop_grace_seconds 0, or the SLURM deadline)
+HURRIED = "hurried"  # a second signal cut the drain short
+IDLE = "idle"  # no processor was running: nothing was in flight
+
+
+@dataclass
+class _Stop:
+    """A stop asked for by a signal: why, the exit status it asks for, what sent it, how long
+    it may drain, and how that went (``None`` until the loop got to it)."""
+
+    reason: str
+    exit_status: int
+    cause: str
+    drain_s: float
+    how: str | None = None
+    kept: int | None = None  # answers that came back during the drain, when the drain tells
+
+
 class _Shard:
     """A running shard's coroutine, what drains it before a stop, and that drain under way."""
 
@@ -75,34 +107,56 @@ class _Shard:
         self.drain: Callable[[], Awaitable[object]] | None = None
         self._draining: asyncio.Task[None] | None = None
 
-    def stop(self, drain_s: float) -> None:
-        """In the loop: cancel the shard, after draining it for up to ``drain_s`` seconds."""
-        if drain_s > 0 and self.drain is not None:
-            self._draining = self.loop.create_task(_drained(self.drain, drain_s))
+    def stop(self, stop: _Stop) -> None:
+        """In the loop: cancel the shard, after draining it for up to ``stop.drain_s``."""
+        if stop.drain_s > 0 and self.drain is not None:
+            say(
+                f"{stop.cause}: stopping; waiting up to {stop.drain_s:g} s for the requests in "
+                "flight (a second signal stops at once)"
+            )
+            self._draining = self.loop.create_task(_drained(self.drain, stop))
             # However the drain ends, even cancelled before its first step (a second signal
             # in the same turn of the loop), the shard is cancelled then.
             self._draining.add_done_callback(lambda _: self.task.cancel())
         else:
+            stop.how = IDLE if self.drain is None else AT_ONCE
             self.task.cancel()
 
-    def hurry(self) -> None:
+    def hurry(self, stop: _Stop) -> None:
         """In the loop: a drain under way ends now (and so cancels the shard)."""
-        if self._draining is not None:
+        if self._draining is not None and not self._draining.done():
+            stop.how = HURRIED
             self._draining.cancel()
 
 
-async def _drained(drain: Callable[[], Awaitable[object]], seconds: float) -> None:
+async def _drained(drain: Callable[[], Awaitable[object]], stop: _Stop) -> None:
+    draining = asyncio.ensure_future(drain())
+    # Cut short, the drain may still end in an error later (its parts cancelled one by one as
+    # the loop closes): taken here, it is not logged as "never retrieved".
+    draining.add_done_callback(lambda done: done.cancelled() or done.exception())
     try:
-        await asyncio.wait_for(drain(), seconds)
+        kept = await asyncio.wait_for(draining, stop.drain_s)
     except TimeoutError:
-        logger.warning("requests still in flight after %.0f s are abandoned", seconds)
-    except Exception:  # the stop goes on: what the drain kept is journaled already
+        stop.how = ABANDONED  # said in the last sentence, as every other end of a drain
+        logger.info("requests still in flight after %g s are abandoned", stop.drain_s)
+    except Exception:  # the stop goes on: what the drain kept is stored already
+        stop.how = FAILED
         logger.debug("the drain before the stop failed", exc_info=True)
+    else:
+        stop.how, stop.kept = KEPT, _answers(kept)
 
 
-# The shard coroutine a stop signal cancels; and the exit status it asked for.
+def _answers(drained: object) -> int | None:
+    """How many answers a drain kept: the number it returned, or the sum of those its
+    processors returned (``None``: none of them can tell)."""
+    parts = drained if isinstance(drained, list | tuple) else [drained]
+    counts = [n for n in parts if isinstance(n, int) and not isinstance(n, bool)]
+    return sum(counts) if counts else None
+
+
+# The shard coroutine a stop signal cancels; and the stop under way.
 _shard: list[_Shard] = []
-_exit_status: list[int] = []
+_stops: list[_Stop] = []
 
 
 @contextlib.contextmanager
@@ -110,7 +164,7 @@ def cancelled_on_stop() -> Iterator[None]:
     """Inside a shard's coroutine: a stop signal meanwhile cancels it (``stop_shard``)."""
     task = asyncio.current_task()
     assert task is not None, "called outside a coroutine"
-    _exit_status.clear()
+    _stops.clear()
     _shard.append(_Shard(asyncio.get_running_loop(), task))
     try:
         yield
@@ -121,7 +175,8 @@ def cancelled_on_stop() -> Iterator[None]:
 @contextlib.contextmanager
 def drained_first(drain: Callable[[], Awaitable[object]]) -> Iterator[None]:
     """Inside ``cancelled_on_stop``: a stop with time to drain (``drain_seconds``) awaits
-    ``drain()`` before it cancels the shard."""
+    ``drain()`` before it cancels the shard. ``drain()`` may return how many answers came back
+    (or a list of such numbers, one per processor) for the sentence on stderr."""
     if not _shard:
         yield
         return
@@ -133,37 +188,50 @@ def drained_first(drain: Callable[[], Awaitable[object]]) -> Iterator[None]:
         shard.drain = None
 
 
-def stop_shard(reason: str, exit_status: int, drain_s: float = 0.0) -> bool:
+def stop_shard(
+    reason: str, exit_status: int, drain_s: float = 0.0, cause: str = "a signal"
+) -> bool:
     """From a signal handler: when a shard's coroutine runs, note ``reason`` and cancel it at
     its next await, after draining it for up to ``drain_s`` seconds (the loop does that, not
-    the handler); whether one was running."""
+    the handler); whether one was running. ``cause`` names the signal in the sentence."""
     if not _shard:
         return False
     note(reason)
-    _exit_status.append(exit_status)
+    stop = _Stop(reason, exit_status, cause, drain_s)
+    _stops.append(stop)
     shard = _shard[-1]
-    shard.loop.call_soon_threadsafe(shard.stop, drain_s)
+    shard.loop.call_soon_threadsafe(shard.stop, stop)
     return True
 
 
 def hurry_stop() -> None:
     """From a signal handler, at a second stop signal: a drain under way ends now. A stop
     already past its drain is left alone: its cleanup records the shard's state."""
-    if _shard:
+    if _shard and _stops:
         shard = _shard[-1]
-        shard.loop.call_soon_threadsafe(shard.hurry)
+        shard.loop.call_soon_threadsafe(shard.hurry, _stops[0])
+
+
+def exit_at_once(reason: str, exit_status: int, cause: str) -> NoReturn:
+    """From a signal handler, when no shard's coroutine runs (starting, between shards,
+    closing): note ``reason``, say so on stderr and exit with ``exit_status``."""
+    note(reason)
+    say(stop_sentence(_Stop(reason, exit_status, cause, 0.0)))
+    raise SystemExit(exit_status)
 
 
 def run_stoppable(main: Coroutine[Any, Any, T]) -> T:
     """``loops.run(main)``, ``main`` being a shard's coroutine (``cancelled_on_stop``): once a
-    stop signal cancelled it, or came as it ended, exit as the signal asked."""
+    stop signal cancelled it, or came as it ended, say so and exit as the signal asked."""
     # Here, not at the top: the SLURM script writer reads this module's deadline helpers and
     # must not import llm_kit (aiohttp) for them.
     from llm_kit import loops
 
     try:
         result = loops.run(main)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        # A KeyboardInterrupt during a stop is part of it (a worker process of the shard's
+        # got the terminal's Ctrl-C too, and its call ended in one).
         _exit_if_stopped()
         raise
     _exit_if_stopped()  # no next shard starts
@@ -171,8 +239,44 @@ def run_stoppable(main: Coroutine[Any, Any, T]) -> T:
 
 
 def _exit_if_stopped() -> None:
-    if _exit_status:
-        raise SystemExit(_exit_status[0])
+    if _stops:
+        say(stop_sentence(_stops[0]))
+        raise SystemExit(_stops[0].exit_status)
+
+
+def say(sentence: str) -> None:
+    """One line on stderr, written at once: safe in a signal handler (no buffer of Python's
+    that the interrupted code may be in the middle of), and quiet when stderr is gone."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"{sentence}\n".encode())
+
+
+def stop_sentence(stop: _Stop) -> str:
+    """What a stopped process says last: what stopped it, what came of the requests in
+    flight, and how to go on."""
+    time_limit = stop.reason.startswith("time limit")
+    what = "stopped at the SLURM time limit" if time_limit else f"interrupted by {stop.cause}"
+    again = "the rerun sends them again"
+    n = stop.kept
+    if (stop.how == KEPT and n == 0) or stop.how == IDLE:
+        fate = "no request was in flight"
+    elif stop.how == KEPT and n == 1:
+        fate = "the answer in flight came back and is kept"
+    elif stop.how == KEPT and n is not None:
+        fate = f"the {n} answers in flight came back and are kept"
+    elif stop.how == KEPT:
+        fate = "every request in flight came back and is kept"
+    elif stop.how == ABANDONED:
+        fate = f"the requests still in flight after {stop.drain_s:g} s were abandoned ({again})"
+    elif stop.how == FAILED:
+        fate = f"waiting for the requests in flight failed; those not back are lost ({again})"
+    elif stop.how in (AT_ONCE, HURRIED):
+        by = "a second signal stopped it" if stop.how == HURRIED else "it stopped"
+        fate = f"{by} at once, without waiting for the requests in flight ({again})"
+    else:  # the shard ended before the stop reached it, or none was running
+        fate = "what finished is kept"
+    resume = "'mmirage retry' resumes it" if time_limit else "run the same command again to go on"
+    return f"{what}: {fate}; {resume}"
 
 
 def interruption() -> str:
@@ -193,21 +297,41 @@ def _at_time_limit(left: float | None, grace_s: float) -> bool:
     return left is not None and left <= grace_s + _SLACK_S
 
 
-def drain_seconds(grace_s: float) -> float:
-    """How long a stop may let the requests in flight come back: at the time limit,
-    ``DRAIN_MAX_S`` at most and until ``_EXIT_RESERVE_S`` before the deadline (half the time
-    left, when that is less); else 0, the stop is at once."""
+def drain_seconds(stop_grace_s: float) -> float:
+    """How long a stop may let the requests in flight come back: ``stop_grace_s``; in a SLURM
+    task also until 5 s before KillWait is over (``DRAIN_MAX_S`` at SLURM's default: SIGKILL
+    follows its SIGTERM after KillWait) and until ``_EXIT_RESERVE_S`` before the deadline (half
+    the time left, when that is less)."""
     left = _time_left()
-    if left is None or not _at_time_limit(left, grace_s):
-        return 0.0
-    return max(0.0, min(DRAIN_MAX_S, left - min(_EXIT_RESERVE_S, left / 2)))
+    if left is None:
+        return max(0.0, stop_grace_s)
+    kill_wait = _kill_wait()
+    before_kill = kill_wait - min(_KILL_RESERVE_S, kill_wait / 4)
+    before_end = left - min(_EXIT_RESERVE_S, left / 2)
+    return max(0.0, min(stop_grace_s, before_kill, before_end))
+
+
+def _kill_wait() -> float:
+    try:
+        return float(os.environ.get(KILL_WAIT_ENV) or _KILL_WAIT_S)
+    except ValueError:
+        return _KILL_WAIT_S
 
 
 def stop_reason(signum: int, grace_s: float) -> str:
-    """``time limit`` when SLURM's deadline is this close, else ``interrupted``."""
+    """``time limit`` when SLURM's deadline is this close (``grace_s``: the job script's
+    ``--signal`` lead, ``signal_grace_seconds``), else ``interrupted``."""
     if _at_time_limit(_time_left(), grace_s):
         return (
             "time limit: SLURM ends this task at execution_params.time_limit; it stopped at "
             "its checkpoint and 'mmirage retry' resumes it"
         )
     return "interrupted"
+
+
+def signal_name(signum: int) -> str:
+    """``SIGINT``, ``SIGTERM``... (the number, for a signal Python has no name for)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -61,7 +61,8 @@ def export_file(path: str, run_id: str) -> Path:
 
 
 class BatchApiProcessor(Processor):
-    journal_results = False  # the spool remembers every request (see base.py)
+    def request_identity(self, output: Any) -> Any:
+        return None  # the spool remembers every request; merge reads the results store
 
     @classmethod
     def from_config(cls, config: Any, context: RunContext | None = None) -> BatchApiProcessor:
