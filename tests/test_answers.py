@@ -116,3 +116,18 @@ def test_pinned_results_are_found_whatever_the_digest(tmp_path: Path) -> None:
 
 def test_two_rows_with_the_same_prompt_are_two_requests() -> None:
     assert digest("0::1", "same") != digest("0::2", "same")
+
+
+def test_a_fresh_run_after_a_kill_does_not_glue_its_first_answer_to_a_torn_line(
+    tmp_path: Path,
+) -> None:
+    with opened(tmp_path) as store:
+        store.add_answer(digest("0::1"), "0::1", "a", "kept", 1, 1)
+    log = tmp_path / "shard-0-of-1.log"
+    log.write_bytes(log.read_bytes() + digest("0::2").hex().encode() + b'\t["0::2","a","tor')
+    with opened(tmp_path, fresh=True) as store:  # a fresh run folds nothing
+        store.add_answer(digest("0::3"), "0::3", "a", "new", 1, 1)
+    with opened(tmp_path) as store:
+        keys = ["0::1", "0::2", "0::3"]
+        found = store.find("a", keys, [digest(k) for k in keys])
+    assert {at: result.value for at, result in found.items()} == {0: "kept", 2: "new"}

@@ -38,6 +38,7 @@ import orjson
 
 from mmirage.core.process.base import OutputResult
 from mmirage.core.shard.disk import DiskFullError, disk_full_message, write_error, writing
+from mmirage.errors import WorkFailed
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class AnswerStore:
             except sqlite3.DatabaseError as exc:
                 self._set_aside(exc)
         with writing(self.log_path, STORE_DIR):
+            _cut_torn_tail(self.log_path)  # else the next line would be glued to it
             self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def _connect(self) -> sqlite3.Connection:
@@ -118,7 +120,10 @@ class AnswerStore:
         if isinstance(exc, sqlite3.OperationalError):
             if "full" in str(exc):
                 raise DiskFullError(disk_full_message(self.index_path, STORE_DIR)) from exc
-            raise exc
+            raise WorkFailed(
+                f"answer store {self.index_path} cannot be used ({exc}); check that disk, then "
+                "run again (the shard resumes from its last checkpoint)"
+            ) from exc
         if self._db is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._db.close()
@@ -155,7 +160,8 @@ class AnswerStore:
                     db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?)", pairs)
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:  # SQLite rolls back by itself on a full disk
+                    db.execute("ROLLBACK")
                 raise
         if bad:
             logger.warning(
@@ -177,8 +183,11 @@ class AnswerStore:
         self._pinned[(key, output)] = result
         self.lookups = True
 
-    def find(self, output: str, keys: list[str], digests: list[bytes]) -> dict[int, OutputResult]:
-        """The stored results among these requests, by their position."""
+    def find(
+        self, output: str, keys: list[str], digests: list[bytes] | None
+    ) -> dict[int, OutputResult]:
+        """The stored results among these requests, by their position (``digests`` None:
+        an output whose answers are not stored, only pinned results)."""
         found: dict[int, OutputResult] = {}
         pinned = self._pinned
         if pinned:
@@ -186,7 +195,7 @@ class AnswerStore:
                 result = pinned.pop((key, output), None)
                 if result is not None:
                     found[at] = result
-        if self._db is not None and self.lookups:
+        if self._db is not None and self.lookups and digests is not None:
             wanted = {d: at for at, d in enumerate(digests) if at not in found}
             for digest, entry in self._select(list(wanted)):
                 result = _result(entry)
@@ -257,7 +266,9 @@ class AnswerStore:
             return
         lines, self._unwritten = self._unwritten, bytearray()
         try:  # once per turn of the event loop: no context manager (``writing``) here
-            os.write(self._fd, lines)
+            written = os.write(self._fd, lines)
+            while written < len(lines):  # a short write (a nearly full disk): the rest too
+                written += os.write(self._fd, memoryview(lines)[written:])
         except OSError as exc:
             raise write_error(exc, self.log_path, STORE_DIR)  # noqa: B904 - its cause is set
 
@@ -273,8 +284,12 @@ class AnswerStore:
             raise failure
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # a failure of its own was raised already
+        try:
             self.flush()
+        except Exception as exc:  # on the way out (a stop, a failure): said, not raised
+            logger.warning(
+                "answer store %s: its last answers were not kept: %s", self.log_path, exc
+            )
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -294,6 +309,23 @@ class AnswerStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Cut a line a killed process left half-written at the log's end (its answer is lost:
+    asked again)."""
+    size = _size(path)
+    if not size:
+        return
+    with open(path, "rb+") as f:
+        f.seek(max(0, size - (1 << 16)))
+        tail = f.read()
+        if tail.endswith(b"\n"):
+            return
+        end = tail.rfind(b"\n")
+        if end < 0 and size > len(tail):
+            return  # a line longer than the window: the fold leaves it out
+        f.truncate(size - len(tail) + end + 1)
 
 
 def _size(path: Path) -> int:

@@ -188,8 +188,9 @@ class RowWorker:
             digests = self.request_keys.digests(
                 identity, going, prompts, g.keys, g.variables, by_row
             )
-            if self.store.lookups:
-                going, prompts, digests = self._stored(g, going, name, prompts, digests)
+        if self.store.lookups and going:  # pinned results too, for any output
+            going, prompts, digests = self._stored(g, going, name, prompts, digests)
+        if identity is not None:
             self.store.asked += len(going)
         if not going:
             return
@@ -212,8 +213,8 @@ class RowWorker:
         going: Sequence[int],
         name: str,
         prompts: list[str | None],
-        digests: list[bytes],
-    ) -> tuple[list[int], list[str | None], list[bytes]]:
+        digests: list[bytes] | None,
+    ) -> tuple[list[int], list[str | None], list[bytes] | None]:
         """The requests the store cannot answer; the stored answers are taken here."""
         found = self.store.find(name, [g.keys[p] for p in going], digests)
         if not found:
@@ -221,11 +222,8 @@ class RowWorker:
         for at, result in found.items():
             self._take(g, going[at], name, result)
         still = [at for at in range(len(going)) if at not in found]
-        return (
-            [going[at] for at in still],
-            [prompts[at] for at in still],
-            [digests[at] for at in still],
-        )
+        kept = None if digests is None else [digests[at] for at in still]
+        return [going[at] for at in still], [prompts[at] for at in still], kept
 
     def _prompts(
         self,

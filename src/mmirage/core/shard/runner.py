@@ -214,9 +214,9 @@ async def _arun_shard_locked(
             out.arrow = arrow
         async with _processors(config, processors, context) as procs:
             status.start(fp)
-            store.open(fresh=fresh)  # after status.json: a full disk names that file first
             beating = asyncio.create_task(_heartbeat(status))
             try:
+                store.open(fresh=fresh)  # after status.json: a full disk names that file first
                 for shard, out, finished in zip(shards, outputs, done, strict=True):
                     if finished is None:
                         await run_dataset(
