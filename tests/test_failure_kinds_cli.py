@@ -5,9 +5,6 @@ by ``run``, ``check`` and ``stats``, and never bought again by ``mmirage retry``
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +12,7 @@ import pytest
 import yaml
 
 from llm_kit.emulator import EmulatorConfig, running_emulator
+from test_row_retry import mmirage  # the CLI in a subprocess, with a key
 
 ROWS = 6
 # output → (its max_new_tokens, the sentence its rows fail with, requests bought per row)
@@ -29,18 +27,6 @@ CASES = {
     # Misses the schema: asked, then re-asked once with the error (validation_retries: 1).
     "picky": (512, "the answer does not match Picky", 2),
 }
-
-
-def mmirage(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OPENAI_API_KEY": "sk-kinds", "XDG_CACHE_HOME": str(root / "cache")}
-    return subprocess.run(
-        [sys.executable, "-m", "mmirage", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=root,
-    )
 
 
 def pipeline(root: Path, base_url: str, output: str) -> Path:

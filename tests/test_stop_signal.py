@@ -170,14 +170,14 @@ def drained_shard(
     drain_s: float,
     *,
     signum: int = signal.SIGTERM,
-    second_signal: bool = False,
+    then: int | None = None,
     signals: int = 1,
     kept: object = None,
 ) -> Coroutine[Any, Any, None]:
     async def drain() -> object:
         steps.append("draining")
-        if second_signal:
-            os.kill(os.getpid(), signum)
+        if then is not None:  # a signal while it drains
+            os.kill(os.getpid(), then)
         await asyncio.sleep(drain_s)  # the requests in flight coming back
         steps.append("drained")
         return kept
@@ -250,7 +250,7 @@ def test_a_second_signal_cuts_the_drain_short(
     handlers(stop_grace_s=120)
     steps: list[str] = []
     with pytest.raises(SystemExit) as stopped:
-        run_stoppable(drained_shard(steps, 30, signum=signum, second_signal=True))
+        run_stoppable(drained_shard(steps, 30, signum=signum, then=signum))
     assert stopped.value.code == 128 + signum
     assert steps == ["draining", "cancelled"]  # not the 30 s
     assert "a second signal stopped it at once" in capfd.readouterr().err
@@ -275,28 +275,6 @@ def test_two_signals_in_one_turn_of_the_loop_still_cancel_the_shard(handlers: In
     assert steps == ["cancelled"]
 
 
-def parent_says(signum: int, steps: list[str], then: int | None) -> Coroutine[Any, Any, None]:
-    """A child shard told to stop by its parent (``signum``), then sent ``then`` directly."""
-
-    async def drain() -> None:
-        steps.append("draining")
-        if then is not None:
-            os.kill(os.getpid(), then)
-        await asyncio.sleep(0.2)
-        steps.append("drained")
-
-    async def shard() -> None:
-        with cancelled_on_stop(), drained_first(drain):
-            try:
-                os.kill(os.getpid(), signum)
-                await asyncio.sleep(30)
-            except asyncio.CancelledError:
-                steps.append("cancelled")
-                raise
-
-    return shard()
-
-
 def test_a_parents_stop_and_the_signal_it_passes_on_are_one_stop(
     handlers: Install, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -305,7 +283,7 @@ def test_a_parents_stop_and_the_signal_it_passes_on_are_one_stop(
     handlers()
     steps: list[str] = []
     with pytest.raises(SystemExit):
-        run_stoppable(parent_says(PARENT_STOP, steps, then=signal.SIGINT))
+        run_stoppable(drained_shard(steps, 0.2, signum=PARENT_STOP, then=signal.SIGINT))
     assert steps == ["draining", "drained", "cancelled"]
 
 
@@ -316,7 +294,7 @@ def test_a_parents_hurry_cuts_the_drain_short(
     handlers()
     steps: list[str] = []
     with pytest.raises(SystemExit) as stopped:
-        run_stoppable(parent_says(PARENT_STOP, steps, then=PARENT_HURRY))
+        run_stoppable(drained_shard(steps, 0.2, signum=PARENT_STOP, then=PARENT_HURRY))
     assert stopped.value.code == 128 + signal.SIGTERM
     assert steps == ["draining", "cancelled"]
 

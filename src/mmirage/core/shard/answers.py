@@ -30,6 +30,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -152,7 +153,8 @@ class AnswerStore:
             db = self._db
             db.execute("BEGIN")
             try:
-                for chunk in _chunks(_entries(f), _FOLD_LINES):
+                entries = _entries(f)
+                while chunk := list(islice(entries, _FOLD_LINES)):
                     pairs = [pair for pair in chunk if pair is not None]
                     bad += len(chunk) - len(pairs)
                     # By digest: a B-tree fills fastest in order. Stable: a later line wins.
@@ -351,17 +353,6 @@ def _entries(lines: Iterable[bytes]) -> Iterator[tuple[bytes, bytes] | None]:
             yield None
             continue
         yield digest, line[_DIGEST_HEX + 1 : -1]
-
-
-def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
-    chunk: list[Any] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _result(entry: bytes) -> OutputResult | None:
