@@ -73,6 +73,21 @@ def test_a_fresh_run_finds_nothing_and_its_answers_replace_the_old(tmp_path: Pat
         assert store.find("a", ["0::1"], [digest("0::1")])[0].value == "new"
 
 
+def test_a_fresh_run_sets_the_old_answers_aside_so_its_resume_finds_only_its_own(
+    tmp_path: Path,
+) -> None:
+    keys = ["0::1", "0::2"]
+    with opened(tmp_path) as store:
+        for key in keys:
+            store.add_answer(digest(key), key, "a", "old", 1, 1)
+    with opened(tmp_path, fresh=True) as store:  # stopped after its first answer
+        store.add_answer(digest("0::1"), "0::1", "a", "new", 1, 1)
+    with opened(tmp_path) as store:  # the resume, without the flag
+        found = store.find("a", keys, [digest(key) for key in keys])
+    assert {at: result.value for at, result in found.items()} == {0: "new"}
+    assert (tmp_path / "shard-0-of-1.before-fresh.sqlite").exists()  # kept, never read
+
+
 def test_a_torn_last_line_is_left_out_with_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -125,9 +140,13 @@ def test_a_fresh_run_after_a_kill_does_not_glue_its_first_answer_to_a_torn_line(
         store.add_answer(digest("0::1"), "0::1", "a", "kept", 1, 1)
     log = tmp_path / "shard-0-of-1.log"
     log.write_bytes(log.read_bytes() + digest("0::2").hex().encode() + b'\t["0::2","a","tor')
-    with opened(tmp_path, fresh=True) as store:  # a fresh run folds nothing
+    with opened(tmp_path, fresh=True) as store:  # the old answers go aside, whole lines only
         store.add_answer(digest("0::3"), "0::3", "a", "new", 1, 1)
     with opened(tmp_path) as store:
         keys = ["0::1", "0::2", "0::3"]
         found = store.find("a", keys, [digest(k) for k in keys])
-    assert {at: result.value for at, result in found.items()} == {0: "kept", 2: "new"}
+    assert {at: result.value for at, result in found.items()} == {2: "new"}
+    aside = AnswerStore(tmp_path, "shard-0-of-1.before-fresh")
+    aside.open()
+    with aside:
+        assert aside.find("a", keys, [digest(k) for k in keys])[0].value == "kept"

@@ -289,20 +289,26 @@ def test_merge_with_one_receipt_reports_the_others_missing(
     assert "missing" in capsys.readouterr().out
 
 
-def test_merge_under_a_changed_configuration_says_which_one_submitted_them(
+def test_merge_under_a_changed_configuration_sends_to_run_first(
     key: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The receipts were paid for under another base_url: merge names the cause and does not
-    send the user to a rerun that would pay again."""
+    """The shards were computed under another base_url: merge says to run first (which
+    recomputes them, submitting what changed), then merges what the new endpoint answered
+    and never polls the old one for batches nobody stands on any more."""
     with running_emulator(EmulatorConfig()) as emu:
         run_all(make_config(tmp_path, emu))
         moved = processor_block(emu, "openai")
         moved["base_url"] = moved["base_url"].replace("127.0.0.1", "localhost")
         changed = make_config(tmp_path, emu, processor=moved)
         assert batch_merge(changed, str(tmp_path / "m.jsonl"), receipt_files(changed)) == 1
-    err = capsys.readouterr().err
-    assert "submitted by this pipeline under an earlier configuration" in err
-    assert "base_url" in err and "'mmirage run --recompute' would submit" in err
+        err = capsys.readouterr().err
+        assert "earlier configuration, to another provider or base_url" in err, err
+        assert "run 'mmirage run CONFIG' first" in err
+        run_all(changed)
+        assert batch_merge(changed, str(tmp_path / "m.jsonl"), receipt_files(changed)) == 0
+    rows = read_jsonl(tmp_path / "m.jsonl")
+    assert sum(r["__errors__"] is not None for r in rows) == 1  # the row with no question
+    assert "40 succeeded" in capsys.readouterr().out  # answered at the new base_url
 
 
 def test_merge_refuses_unpublished_shards(

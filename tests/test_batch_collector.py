@@ -417,8 +417,10 @@ def test_store_keeps_the_latest_success_and_never_a_failure_over_it(tmp_path: Pa
         got = store.lookup(["x", "y"])
         assert (got["x"].state, got["y"].state) == (SUCCEEDED, FAILED)
         # y is resubmitted in b2 (a newer receipt): running until b2 is fetched.
-        store.add_batch(BatchRecord("openai", "b2", submitted_at="2025-01-02"), ["y"])
-        store.add_batch(BatchRecord("openai", "b3", submitted_at="2025-01-03"), ["x"])
+        b2 = BatchRecord("openai", "b2", submitted_at="2025-01-02")
+        store.add_batch(b2, ["y"], resubmission=True)
+        b3 = BatchRecord("openai", "b3", submitted_at="2025-01-03")
+        store.add_batch(b3, ["x"], resubmission=True)
         got = store.lookup(["x", "y"])
         assert (got["x"].state, got["y"].state) == (SUCCEEDED, RUNNING)
         store.store_results("openai", "b2", [ok("y", "second")], unanswered=(MISSING, "-"))

@@ -422,17 +422,23 @@ def test_a_failed_last_submission_is_made_by_the_rerun_even_with_no_row_left(
     )
 
 
-def test_recompute_builds_and_sends_new_requests(tmp_path: Path, ledger: Path) -> None:
+def test_recompute_sends_only_the_requests_whose_line_changed(
+    tmp_path: Path, ledger: Path
+) -> None:
     config = make_config(tmp_path, num_shards=1)
     run_shard(config, 0)
     changed = make_config(tmp_path, num_shards=1)
     changed.processing_params.outputs[0].prompt = "Please answer: {{ q }}"
     run_shard(changed, 0, force=True)
-    assert len(ledger_ids(ledger)) == 48  # everything twice: once per configuration
+    sent = ledger_ids(ledger)
+    assert len(sent) == 36  # every request once, then `answer`'s again: its prompt changed
+    assert sorted(sent[24:]) == sorted(f"answer-text-{i}" for i in range(12))
     spools = sorted((tmp_path / "state").rglob("chunk-*.jsonl"))
-    fresh = "".join(p.read_text() for p in spools if ".superseded-" not in str(p))
-    assert "Please answer: question 3" in fresh and "Answer: question 3" not in fresh
-    assert any(".superseded-" in str(p) for p in spools)  # the old spools set aside, not resent
+    text = "".join(p.read_text() for p in spools)
+    assert "Please answer: question 3" in text and "Answer: question 3" in text  # both kept
+    assert not any(".superseded-" in str(p) for p in spools)  # retry still finds the old lines
+    run_shard(changed, 0, force=True)
+    assert len(ledger_ids(ledger)) == 36  # nothing changed since: nothing sent
 
 
 def test_redaction_and_public_fields() -> None:

@@ -435,3 +435,28 @@ def test_a_requeued_task_resumes_without_paying_twice(
     # Only requests in flight at the requeue may be sent twice (the journal keeps the rest).
     assert emulator_slow.stats()["requests"] <= rows + 2
     assert [r["id"] for r in rows_of(tmp_path)] == list(range(rows))
+
+
+def test_an_edit_or_a_recompute_resubmits_the_shards_and_pays_only_for_what_changed(
+    slurm_cluster: None, emulator: Any, tmp_path: Path
+) -> None:
+    """A finished array: an edited prompt submits the shards again and pays one request per
+    row; ``--recompute`` pays nothing; the task command carries the run id and the flag."""
+    config = make_pipeline(tmp_path, emulator.openai_base_url, shards=2)
+    assert mmirage("run", str(config), "--wait", cwd=tmp_path).returncode == 0
+    assert emulator.stats()["requests"] == ROWS
+
+    edited = yaml.safe_load(config.read_text())
+    edited["processing_params"]["outputs"][0]["prompt"] = "Repeat {{ text }}"
+    config.write_text(yaml.safe_dump(edited, sort_keys=False))
+    done = mmirage("run", str(config), "--wait", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert emulator.stats()["requests"] == 2 * ROWS
+    assert all(row["answer"] == f"echo: Repeat row {row['id']}" for row in rows_of(tmp_path))
+
+    done = mmirage("run", str(config), "--recompute", "--wait", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert emulator.stats()["requests"] == 2 * ROWS  # all from the answer store
+    scripts = sorted((tmp_path / "state").rglob("slurm/job-*.sh"), key=lambda p: p.stat().st_mtime)
+    assert scripts and "--recompute" in scripts[-1].read_text()
+    assert "--run-id" in scripts[-1].read_text()

@@ -34,6 +34,15 @@ class RunPlan:
     retry_rows: bool = False
     export_prompts: str | None = None  # dry run: batch_api requests go to this path
 
+    def flags(self) -> list[str]:
+        """The ``mmirage run`` flags a shard run elsewhere (a child, a SLURM task) gets."""
+        chosen = (
+            ("--force-retry", self.force_retry),
+            ("--recompute", self.recompute),
+            ("--fresh", self.fresh),
+        )
+        return [flag for flag, on in chosen if on]
+
 
 @dataclass(frozen=True)
 class RunRequest:

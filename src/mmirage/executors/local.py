@@ -211,12 +211,7 @@ class LocalExecutor(Executor):
             return [run_one(self.cfg, k, plan, self.run_id, self._run_shard) for k in shards]
         from mmirage.executors.parallel import ParallelRun  # only for child processes
 
-        flags = (
-            ("--force-retry", plan.force_retry),
-            ("--recompute", plan.recompute),
-            ("--fresh", plan.fresh),
-        )
-        extra = [flag for flag, on in flags if on]
+        extra = plan.flags()
         parallel = ParallelRun(
             self.cfg,
             self.config_path,

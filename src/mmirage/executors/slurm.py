@@ -83,6 +83,7 @@ def submit(
     *,
     log_level: str = "WARNING",
     command: str = "run",
+    args: tuple[str, ...] = (),
 ) -> Submission:
     """Write the script, make the report folder, ``sbatch`` it once and record the job.
     ``command`` is what each task runs: ``run``, or ``retry`` for a resubmission (which also
@@ -96,6 +97,7 @@ def submit(
         log_level=log_level,
         command=command,
         env=tuple(shard_env(cfg).items()),
+        args=args,
     )
     script = write_script(cfg, spec)
     report_dir = Path(ep.report_dir)

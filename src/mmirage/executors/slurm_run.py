@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mmirage.core.shard.state import SUCCESS
 from mmirage.errors import UserError, WorkFailed
 from mmirage.executors.base import Executor, RunRequest, summary
 from mmirage.executors.console import print_table
 from mmirage.executors.outcome import RunResult
+from mmirage.rundir import fingerprint
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -51,6 +53,7 @@ def submit_shards(
     *,
     id_on_stdout: bool = True,
     command: str = "run",
+    args: tuple[str, ...] = (),
 ) -> Submission:
     """One sbatch array for ``shard_ids``; its job id alone on stdout (``JOB=$(mmirage run
     c.yaml)``), the rest on stderr."""
@@ -58,7 +61,9 @@ def submit_shards(
     from mmirage.executors.slurm_client import SlurmUnavailableError
 
     try:
-        record = submit(cfg, path, shard_ids, client, log_level=_log_level(), command=command)
+        record = submit(
+            cfg, path, shard_ids, client, log_level=_log_level(), command=command, args=args
+        )
     except SlurmUnavailableError as exc:  # sbatch itself is missing or broken here
         raise UserError(str(exc)) from exc
     if id_on_stdout:
@@ -80,16 +85,32 @@ def joined_views(cfg: MMirageConfig, path: Path, client: SlurmClient) -> list[Sh
 
 
 def submit_unfinished(
-    cfg: MMirageConfig, path: Path, client: SlurmClient, wanted: list[int]
+    cfg: MMirageConfig,
+    path: Path,
+    client: SlurmClient,
+    wanted: list[int],
+    *,
+    args: tuple[str, ...] = (),
+    recompute: bool = False,
 ) -> list[str]:
-    """Submit the shards of ``wanted`` that are not finished (nor queued); the job ids."""
+    """Submit the shards of ``wanted`` that are not finished (nor queued) — a finished one too
+    when ``recompute`` or when it was computed under another configuration; the job ids.
+    ``args`` go to every task (the run id and its flags)."""
     from mmirage.executors.slurm import unfinished
 
-    todo = [k for k in unfinished(joined_views(cfg, path, client)) if k in wanted]
+    views = joined_views(cfg, path, client)
+    fp = fingerprint(cfg)
+    again = {
+        v.shard_id
+        for v in views
+        if v.state == SUCCESS
+        and (recompute or (v.status or {}).get("fingerprint") not in (None, fp))
+    }
+    todo = sorted(k for k in set(unfinished(views)) | again if k in wanted)
     skipped = sorted(set(wanted) - set(todo))
     if skipped:
         click.echo(f"not submitted (succeeded, queued or out of retries): {skipped}", err=True)
-    return [submit_shards(cfg, path, todo, client).job_id] if todo else []
+    return [submit_shards(cfg, path, todo, client, args=args).job_id] if todo else []
 
 
 def _queued_jobs(views: Sequence[ShardView], wanted: Sequence[int]) -> list[str]:
@@ -245,7 +266,15 @@ class SlurmExecutor(Executor):
         n = self.cfg.loading_params.num_shards
         wanted = sorted(set(range(n) if request.shards is None else request.shards))
         client = slurm_client()
-        jobs = submit_unfinished(self.cfg, self.config_path, client, wanted)
+        plan = request.plan
+        jobs = submit_unfinished(
+            self.cfg,
+            self.config_path,
+            client,
+            wanted,
+            args=("--run-id", self.run_id, *plan.flags()),
+            recompute=plan.recompute,
+        )
         if not request.follow:
             return RunResult(False, wanted, lambda: None)
         bad = follow(self.cfg, self.config_path, client, wanted, jobs)

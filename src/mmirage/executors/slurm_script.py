@@ -36,6 +36,9 @@ class JobSpec:
     log_level: str = "WARNING"
     command: str = "run"  # or "retry": also computes again a finished shard's retryable rows
     env: tuple[tuple[str, str], ...] = ()  # exported to each task (``forwarding.shard_env``)
+    # After the config path: the submitting run's id and flags (``--recompute``, ``--fresh``),
+    # so that a requeued task resumes that run's work (``runner.FORCED_BY``).
+    args: tuple[str, ...] = ()
 
 
 def array_spec(shard_ids: Sequence[int], max_concurrent: int | None) -> str:
@@ -101,6 +104,7 @@ def task_command(ep: ExecutionParams, spec: JobSpec) -> str:
         spec.log_level,
         spec.command,
         str(spec.config_path),
+        *spec.args,
     ]
     command = " ".join(shlex.quote(a) for a in argv) + ' --shard-id "$SLURM_ARRAY_TASK_ID"'
     if ep.edf_env:

@@ -15,7 +15,9 @@ from mmirage.core.merge.shards import config_shards
 from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.errors import CollectorError
 from mmirage.core.process.batch.results_store import ResultsStore
+from mmirage.core.shard.output import ShardOutput
 from mmirage.core.writer.formats import FormatError, write_dataset
+from mmirage.rundir import fingerprint
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -23,8 +25,10 @@ if TYPE_CHECKING:
 
 def published_shards(config: MMirageConfig) -> list[Any]:
     """Every dataset's published shards in order, or a ``CollectorError`` naming the first
-    shard that is not published yet."""
+    shards that are not published yet, or were computed under another configuration (their
+    placeholders may stand for requests this one no longer asks)."""
     lp = config.loading_params
+    fp = fingerprint(config)
     ordered: list[Any] = []
     for ds in lp.datasets:
         shards, missing = config_shards(ds.output_dir, lp.num_shards, lp.output_format)
@@ -33,6 +37,22 @@ def published_shards(config: MMirageConfig) -> list[Any]:
                 f"{ds.output_dir}: shard(s) {', '.join(map(str, missing))} of "
                 f"{lp.num_shards} are not published yet; finish them with 'mmirage run CONFIG' "
                 "and merge again"
+            )
+        stale = [
+            str(shard.shard_id)
+            for shard in shards
+            if (
+                done := ShardOutput(
+                    ds.output_dir, shard.shard_id, lp.num_shards, lp.output_format
+                ).finished()
+            )
+            and done.fingerprint not in ("", fp)
+        ]
+        if stale:
+            raise CollectorError(
+                f"{ds.output_dir}: shard(s) {', '.join(stale)} of {lp.num_shards} were computed "
+                "under another configuration; run 'mmirage run CONFIG' first (it computes them "
+                "again, submitting only the requests that changed) and merge again"
             )
         ordered.extend(shards)
     return ordered

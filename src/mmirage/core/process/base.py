@@ -10,9 +10,9 @@ failure: that row's result carries the error.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self, overload
+from typing import Any, Protocol, Self, overload
 
 from mmirage.rundir import plain_config, results_relevant
 
@@ -251,6 +251,20 @@ class Processor(ABC):
         """Release what the processor holds (clients, servers, worker pools)."""
 
 
+class SubmittedRequests(Protocol):
+    """What a shard remembers of the requests a processor submitted elsewhere (``batch_api``):
+    under each request id, a digest of the request last submitted under it."""
+
+    def recall(self, ids: Sequence[str]) -> dict[str, str]:
+        """The digest last submitted under each of ``ids`` that has one."""
+
+    def remember(self, submitted: Iterable[tuple[str, str]]) -> None:
+        """``(id, digest)`` of requests now held by the provider."""
+
+    def count(self, *, reused: int, sent: int) -> None:
+        """For the shard's report: requests taken as submitted, and requests sent."""
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What a processor may need to know about the run that builds it."""
@@ -260,6 +274,9 @@ class RunContext:
     num_shards: int
     state_dir: str  # this pipeline's state folder (``<state_dir>/<pipeline id>``)
     export_prompts: str | None = None  # dry run: write requests here instead of submitting
-    fresh: bool = False  # --recompute: forget what earlier runs of this shard left
+    fresh: bool = False  # --fresh: forget what earlier runs of this shard left, ask again
+    # The shard is computed again (--recompute, or its configuration changed).
+    recompute: bool = False
+    submitted: SubmittedRequests | None = None  # None: nothing is remembered
     pipeline_id: str = ""  # which pipeline, and which configuration of it, made a receipt
     fingerprint: str = ""

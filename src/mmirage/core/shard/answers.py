@@ -80,12 +80,13 @@ class AnswerStore:
     # -- opening -------------------------------------------------------------------------
 
     def open(self, *, fresh: bool = False) -> None:
-        """Fold what earlier runs logged into the index, for this run's lookups. ``fresh``:
-        find nothing this run; its answers are logged after the old ones, and replace them
-        when the next run folds the log. A first run (nothing stored) opens no index."""
+        """Fold what earlier runs logged into the index, for this run's lookups. ``fresh``
+        (``--fresh``): the index goes aside as ``<shard>.before-fresh.sqlite`` and this run
+        finds nothing; what it asks is all a resumed run will find. A first run (nothing
+        stored) opens no index."""
         with writing(self.log_path.parent, STORE_DIR):
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if not fresh and (_size(self.log_path) or self.index_path.exists()):
+        if _size(self.log_path) or self.index_path.exists():
             self._db = self._connect()
             try:
                 self._fold()
@@ -94,6 +95,9 @@ class AnswerStore:
                 )
             except sqlite3.DatabaseError as exc:
                 self._set_aside(exc)
+            if fresh:
+                self._move_index(self.index_path.with_suffix(".before-fresh.sqlite"))
+                self._db, self.lookups = None, False
         with writing(self.log_path, STORE_DIR):
             _cut_torn_tail(self.log_path)  # else the next line would be glued to it
             self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -125,22 +129,25 @@ class AnswerStore:
                 f"answer store {self.index_path} cannot be used ({exc}); check that disk, then "
                 "run again (the shard resumes from its last checkpoint)"
             ) from exc
+        logger.warning(
+            "answer store %s is damaged (%s): it is set aside as %s.damaged, and the answers "
+            "it held will be asked again",
+            self.index_path,
+            exc,
+            self.index_path.name,
+        )
+        self._move_index(self.index_path.with_name(self.index_path.name + ".damaged"))
+        self._db = self._schema(sqlite3.connect(self.index_path, isolation_level=None))
+        return self._db
+
+    def _move_index(self, aside: Path) -> None:
+        """Close the index and move its files to ``aside`` (replacing what is there)."""
         if self._db is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._db.close()
-        damaged = self.index_path.with_name(self.index_path.name + ".damaged")
-        logger.warning(
-            "answer store %s is damaged (%s): it is set aside as %s, and the answers it held "
-            "will be asked again",
-            self.index_path,
-            exc,
-            damaged,
-        )
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
-                os.replace(f"{self.index_path}{suffix}", f"{damaged}{suffix}")
-        self._db = self._schema(sqlite3.connect(self.index_path, isolation_level=None))
-        return self._db
+                os.replace(f"{self.index_path}{suffix}", f"{aside}{suffix}")
 
     def _fold(self) -> None:
         """The log's whole lines into the index, then an empty log. A crash in between folds
@@ -197,14 +204,21 @@ class AnswerStore:
                 result = pinned.pop((key, output), None)
                 if result is not None:
                     found[at] = result
-        if self._db is not None and self.lookups and digests is not None:
+        if digests is not None:
             wanted = {d: at for at, d in enumerate(digests) if at not in found}
-            for digest, entry in self._select(list(wanted)):
-                result = _result(entry)
-                if result is not None:
-                    found[wanted[digest]] = result
+            for digest, result in self.stored(list(wanted)):
+                found[wanted[digest]] = result
         self.reused += len(found)
         return found
+
+    def stored(self, digests: list[bytes]) -> Iterator[tuple[bytes, OutputResult]]:
+        """What the index holds under these digests (nothing on a first or --fresh run)."""
+        if self._db is None or not self.lookups:
+            return
+        for digest, entry in self._select(digests):
+            result = _result(entry)
+            if result is not None:
+                yield digest, result
 
     def _select(self, digests: list[bytes]) -> Iterator[tuple[bytes, bytes]]:
         assert self._db is not None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -64,6 +65,7 @@ from mmirage.core.shard.stop import (
     interruption,
     run_stoppable,
 )
+from mmirage.core.shard.submissions import ShardSubmissions
 from mmirage.core.writer.helper import ArrowHelper
 from mmirage.rundir import (
     answers_dir,
@@ -78,6 +80,8 @@ if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
 logger = logging.getLogger(__name__)
+
+FORCED_BY = "forced_by"  # status.json: the run id whose --recompute/--fresh the shard is doing
 
 
 def run_shard(
@@ -134,17 +138,19 @@ async def arun_shard(
     # One run per shard at a time: two would both pay for every row and interleave their
     # lines in the part file. The lock dies with its process, so a killed run never blocks.
     with shard_lock(shard_lock_path(config, shard_id), shard_id), cancelled_on_stop():
+        store = AnswerStore(answers_dir(config), shard_name(shard_id, lp.num_shards))
         context = RunContext(
             run_id=run_id or new_run_id(),
             shard_id=shard_id,
             num_shards=lp.num_shards,
             state_dir=str(pipeline_dir(config)),
             export_prompts=export_prompts,
-            fresh=force or fresh,
+            fresh=fresh,
+            submitted=ShardSubmissions(store),
             pipeline_id=pipeline_id(config),
             fingerprint=fingerprint(config),
         )
-        with AnswerStore(answers_dir(config), shard_name(shard_id, lp.num_shards)) as store:
+        with store:
             return await _arun_shard_locked(
                 config,
                 context,
@@ -182,6 +188,12 @@ async def _arun_shard_locked(
     report = ShardReport(shard_id, lp.num_shards)
     fp = fingerprint(config)
     status = ShardStatus(config, shard_id)
+    if force and status.data.get(FORCED_BY) == context.run_id:
+        # This invocation's --recompute/--fresh began here already: its retry (a requeued
+        # SLURM task, a retried attempt) resumes that work instead of starting it over.
+        force = fresh = False
+    elif force:
+        status.data[FORCED_BY] = context.run_id
     # Opened before anything is marked running: a bad path is the user's error, not a failure.
     try:
         sources = open_datasets(lp.datasets)
@@ -190,7 +202,8 @@ async def _arun_shard_locked(
     shards = plan_shard(sources, lp.num_shards, shard_id)
     offsets = source_offsets(sources)
     outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards, lp.output_format) for s in shards]
-    force = _check_can_run(config, status, outputs, fp, shard_id, force)
+    force = _check_can_run(status, outputs, fp, shard_id, force)
+    context = dataclasses.replace(context, recompute=force, fresh=fresh)
     if force:  # computed again, from the stored answers; the retry budget too
         for out in outputs:
             out.discard()
@@ -255,7 +268,6 @@ async def _arun_shard_locked(
 
 
 def _check_can_run(
-    config: MMirageConfig,
     status: ShardStatus,
     outputs: list[ShardOutput],
     fp: str,
@@ -278,18 +290,9 @@ def _check_can_run(
     )
     if not changed:
         return False
-    if config.uses_batch_api:
-        # Its requests went to provider batches, which the answer store does not hold: a new
-        # submission would pay for every row again, so the user decides.
-        raise ShardConflictError(
-            f"shard {shard_id} has results from a different configuration (inputs, outputs, "
-            "output_schema, datasets or a processor's model/sampling/function changed); "
-            "rerun with --recompute to submit its batch_api requests again (paid again), or "
-            "restore the previous configuration"
-        )
     logger.info(
         "shard %d: the configuration changed since it was computed; computing it again, "
-        "from stored answers where its requests did not change",
+        "from stored answers (and batches already submitted) where its requests did not change",
         shard_id,
     )
     return True

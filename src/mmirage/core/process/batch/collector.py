@@ -40,6 +40,7 @@ from mmirage.core.process.batch.receipt_recovery import with_spooled_receipts
 from mmirage.core.process.batch.receipts import (
     batch_processors,
     config_receipt_globs,
+    endpoint,
     read_receipts,
     resolve_receipt_paths,
 )
@@ -108,7 +109,7 @@ class ReceiptScan:
     batches: dict[tuple[str, str], BatchRecord] = field(default_factory=dict)
     resubmitted: set[str] = field(default_factory=set)  # batch ids named by a ``retry_of``
     # Batch ids of receipts skipped: stamped by another pipeline, or by this one under an
-    # earlier configuration.
+    # earlier configuration that sent its requests elsewhere (another provider or base_url).
     other_pipelines: set[str] = field(default_factory=set)
     earlier_config: set[str] = field(default_factory=set)
 
@@ -133,17 +134,17 @@ def _record(receipt: Receipt) -> BatchRecord:
 
 def require_batches(scan: ReceiptScan, paths: Sequence[str] = ()) -> None:
     """A ``CollectorError`` when the receipts read name no batch of the current run: every
-    receipt belongs to another pipeline or to an earlier configuration of this one, or the
-    files hold no receipt at all (not receipt files, or only dry-run receipts)."""
+    receipt belongs to another pipeline or to an earlier configuration of this one that sent
+    its requests elsewhere, or the files hold no receipt at all (not receipt files, or only
+    dry-run receipts)."""
     if scan.batches:
         return
     if scan.earlier_config:
         raise CollectorError(
             f"the {len(scan.earlier_config)} batch(es) the receipts name were submitted by "
-            "this pipeline under an earlier configuration (its inputs, outputs, datasets, or a "
-            "processor's model, sampling or base_url differed): use the configuration that "
-            "submitted them ('mmirage run --recompute' would submit, and pay for, every row "
-            "again)"
+            "this pipeline under an earlier configuration, to another provider or base_url: "
+            "run 'mmirage run CONFIG' first (it submits what this configuration asks), or "
+            "merge with the configuration that submitted them"
         )
     if scan.other_pipelines:
         raise CollectorError(
@@ -159,35 +160,52 @@ def require_batches(scan: ReceiptScan, paths: Sequence[str] = ()) -> None:
     )
 
 
-def pipeline_key(config: MMirageConfig) -> tuple[str, str]:
-    """``(pipeline_id, fingerprint)``: what a receipt must carry to belong to ``config``."""
-    return pipeline_id(config), fingerprint(config)
+@dataclass(frozen=True)
+class PipelineKey:
+    """What a receipt must carry to belong to a configuration: its pipeline id; and, for a
+    receipt of an earlier configuration, one of the endpoints this one sends to."""
+
+    pipeline_id: str
+    fingerprint: str
+    endpoints: frozenset[str]
+
+
+def pipeline_key(config: MMirageConfig) -> PipelineKey:
+    endpoints = frozenset(endpoint(p.provider_config) for p in batch_processors(config))
+    return PipelineKey(pipeline_id(config), fingerprint(config), endpoints)
 
 
 def scan_receipts(
     paths: Iterable[str],
     store: ResultsStore | None = None,
     *,
-    only: tuple[str, str] | None = None,
+    only: PipelineKey | None = None,
 ) -> ReceiptScan:
     """Read the receipts once; with a store, record each new batch and its requests there
     (a receipt's id map is dropped as soon as it is stored: memory stays O(batches)).
-    ``only``: skip receipts stamped with another ``(pipeline_id, fingerprint)`` — another
-    pipeline sharing the metadata path, or this one before its configuration changed."""
+    ``only``: skip receipts of another pipeline sharing the metadata path, and those of an
+    earlier configuration that sent to another endpoint (every request of theirs was
+    submitted again since). Those of an earlier configuration that sent here are read: a
+    recomputed shard stands on their batches for the requests that did not change, and the
+    store answers each request from its latest submission only."""
     scan = ReceiptScan()
     for receipt in read_receipts(paths):
-        stamp = (receipt.data.get("pipeline_id") or "", receipt.data.get("fingerprint") or "")
-        if only is not None and stamp[0] and stamp != only:
-            ours = stamp[0] == only[0]
-            (scan.earlier_config if ours else scan.other_pipelines).add(receipt.batch_id)
-            continue
+        data = receipt.data
+        stamp = (data.get("pipeline_id") or "", data.get("fingerprint") or "")
+        if only is not None and stamp[0] and stamp[1] != only.fingerprint:
+            if stamp[0] != only.pipeline_id:
+                scan.other_pipelines.add(receipt.batch_id)
+                continue
+            if data.get("endpoint") not in only.endpoints:
+                scan.earlier_config.add(receipt.batch_id)
+                continue
         record = _record(receipt)
         if record.key in scan.batches:
             continue
         retry_of = receipt.data.get("retry_of") or []
         scan.resubmitted.update(str(b) for b in retry_of)
         if store is not None:
-            store.add_batch(record, receipt.custom_ids)
+            store.add_batch(record, receipt.custom_ids, resubmission=bool(retry_of))
             record = store.batch(*record.key) or record
         scan.batches[record.key] = record
     return scan
@@ -311,6 +329,7 @@ __all__ = [
     "AdapterPool",
     "BatchStatus",
     "CollectorError",
+    "PipelineKey",
     "ReceiptScan",
     "one_sentence",
     "open_store",

@@ -7,6 +7,11 @@ receipt appended (``receipts.py``) and marked done; ``finish`` submits the last 
 the shard is published, and a failed submission fails the shard, whose rerun submits exactly
 the chunks that have no receipt. The row's value is ``__BATCH_SUBMITTED__:<custom_id>``.
 
+A request is never submitted twice either: once the provider holds a chunk, the shard's answer
+store is told (``RunContext.submitted``) a digest of each request line under its custom_id. A
+shard computed again after a config edit spools only the requests whose line changed (or that
+were never sent); the others keep their placeholder, answered by the batch that holds them.
+
 A creation is never paid twice (``creation.py``, ``intents.py``): its intent is on disk before
 the adapter is called, a rerun adopts the batch an interrupted creation left at the provider,
 and the whole creation, receipt included, runs in a worker thread that a stop (Ctrl-C,
@@ -32,17 +37,23 @@ from mmirage.core.process.base import OutputRequest, OutputResult, Processor, Ru
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
 from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.creation import STOP_GRACE_S, ChunkCreator
-from mmirage.core.process.batch.intents import print_unsaved_receipt, record_receipt
+from mmirage.core.process.batch.intents import (
+    print_unsaved_receipt,
+    read_intent,
+    record_receipt,
+)
 from mmirage.core.process.batch.payload import build_payload, custom_id_for, modality_of
 from mmirage.core.process.batch.receipts import (
     append_receipt,
     chunk_receipt,
+    endpoint,
     receipt_base,
     receipt_path,
     redact,
 )
 from mmirage.core.process.batch.registry import BatchAdapterRegistry
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
+from mmirage.core.process.batch.versions import SubmittedVersions
 from mmirage.core.render.renderer import make_placeholder
 from mmirage.rundir import batch_spool_dir
 
@@ -94,11 +105,15 @@ class BatchApiProcessor(Processor):
             context.state_dir, name, context.shard_id, context.num_shards, dry_run=self.dry_run
         )
         if context.fresh and self._root.exists():
-            # --recompute: what earlier runs spooled was built from another configuration;
-            # set it aside (its receipts name it) so every request is built and sent anew.
+            # --fresh: every request is built and sent anew; what earlier runs spooled is set
+            # aside (its receipts name it, for retry).
             self._root.rename(
                 self._root.with_name(f"{self._root.name}.superseded-{context.run_id}")
             )
+        self._recompute = context.recompute
+        self._versions = SubmittedVersions(
+            context.submitted, endpoint(self.provider_config), dry_run=self.dry_run
+        )
         self._resume_from = 0
         self._spools: dict[str, ChunkSpool] = {}
         self._pending: list[SpooledChunk] = []  # recovered, not yet submitted
@@ -109,7 +124,7 @@ class BatchApiProcessor(Processor):
         self._threads = concurrent.futures.ThreadPoolExecutor(
             1 if self.dry_run else _MAX_SUBMISSIONS, thread_name_prefix="batch-submit"
         )
-        self._creations: set[concurrent.futures.Future[None]] = set()
+        self._creations: set[concurrent.futures.Future[list[tuple[str, str]]]] = set()
         self._creator = ChunkCreator(self._root.parent.parent)
         self._failure: BaseException | None = None
         self._schemas: dict[str, dict[str, Any] | None] = {}
@@ -122,25 +137,31 @@ class BatchApiProcessor(Processor):
     async def process(self, output: Any, requests: Sequence[OutputRequest]) -> list[OutputResult]:
         self._raise_if_failed()
         results: list[OutputResult] = []
-        by_modality: dict[str, list[tuple[str, int, int, bytes]]] = {}
+        built: list[tuple[str, str, OutputRequest, bytes]] = []
         for request in requests:
             modality = modality_of(request)
             custom_id = custom_id_for(output.name, modality, request.source_index)
-            spool = self._spool(modality)
-            if custom_id in spool.spooled:  # spooled by an interrupted run: never twice
-                results.append(OutputResult(value=make_placeholder(custom_id)))
+            results.append(OutputResult(value=make_placeholder(custom_id)))
+            if custom_id in self._spool(modality).spooled:  # an interrupted run's: not twice
                 continue
             try:
                 line = self._line(custom_id, request, output)
             except (ValueError, OSError) as exc:  # llm_kit's ItemError is a ValueError
                 why = str(exc).removeprefix(f"request {custom_id}: ")  # named once, here
-                results.append(OutputResult(error=f"request '{custom_id}': {why}"))
+                results[-1] = OutputResult(error=f"request '{custom_id}': {why}")
                 continue
+            built.append((custom_id, modality, request, line))
+        held = self._versions.held([custom_id for custom_id, *_ in built])
+        by_modality: dict[str, list[tuple[str, int, int, bytes]]] = {}
+        for custom_id, modality, request, line in built:
+            if held and held.get(custom_id) == self._versions.version(line):
+                continue  # the provider holds this very request already
             dataset = int(request.row_key.split(":", 1)[0])
             by_modality.setdefault(modality, []).append(
                 (custom_id, request.source_index, dataset, line)
             )
-            results.append(OutputResult(value=make_placeholder(custom_id)))
+        spooling = sum(len(lines) for lines in by_modality.values())
+        self._versions.count(reused=len(built) - spooling, sent=spooling)
         for modality, lines in by_modality.items():
             self.spooled_bytes += sum(len(line) for *_, line in lines)
             for chunk in self._spool(modality).add_many(lines):
@@ -229,7 +250,11 @@ class BatchApiProcessor(Processor):
             spool = ChunkSpool(
                 self._root / modality, pc.max_chunk_bytes, cap, pc.oversized_request_policy
             )
-            unsent = spool.recover(self._resume_from)
+            # Recomputed: chunks never sent hold requests of the old configuration; those
+            # still asked for are spooled again. One being created when its run stopped
+            # (it has an intent) stays: the provider may hold its batch already.
+            keep = (lambda chunk: read_intent(chunk) is not None) if self._recompute else None
+            unsent = spool.recover(self._resume_from, keep_unsent=keep)
             if unsent:
                 logger.warning(
                     "resuming %d unsent chunk(s) of %s, left by an interrupted run",
@@ -241,6 +266,9 @@ class BatchApiProcessor(Processor):
             for chunk in spool.unreceipted:
                 self._write_receipt(modality, chunk, orjson.loads(chunk.done_path.read_bytes()))
             spool.unreceipted.clear()
+            for chunk in spool.unremembered:
+                self._versions.recover(chunk)
+            spool.unremembered.clear()
             self._spools[modality] = spool
         return spool
 
@@ -260,7 +288,8 @@ class BatchApiProcessor(Processor):
                 self._creations.add(creation)
                 creation.add_done_callback(self._creations.discard)
                 # Shielded: cancelling this task must not abandon the thread's answer.
-                await asyncio.shield(asyncio.wrap_future(creation))
+                versions = await asyncio.shield(asyncio.wrap_future(creation))
+                self._versions.sent(chunk, versions)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -278,7 +307,8 @@ class BatchApiProcessor(Processor):
     def _receipt_file(self, modality: str) -> Path:
         return receipt_path(self.base, modality, self.context.run_id, dry_run=self.dry_run)
 
-    def _submit_sync(self, modality: str, chunk: SpooledChunk) -> None:
+    def _submit_sync(self, modality: str, chunk: SpooledChunk) -> list[tuple[str, str]]:
+        """Create the chunk's batch and write its receipt; the versions of its requests."""
         chunk_id = f"s{self.context.shard_id}-chunk-{chunk.number:06d}"
         lines = read_lines(chunk)
         ids = list(chunk.read_ids())
@@ -326,6 +356,7 @@ class BatchApiProcessor(Processor):
         )
         record_receipt(chunk, receipt, self._receipt_file(modality))
         self.submitted_batches += 1
+        return self._versions.of_chunk(chunk, lines)
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:

@@ -10,7 +10,9 @@ A receipt line keeps the original's keys (``provider``, ``chunk_id``, ``provider
 ``submitted_request_count``, ``total_bytes``, ``has_oversized_request``, ``flush_reason``,
 ``submitted_at_utc``) and adds what makes it unambiguous across shards and runs: ``run_id``,
 ``shard_id``, ``num_shards``, ``datasets``, ``processor``, ``outputs``, ``spool_path`` (the exact
-request lines, kept for resubmission) and ``retry_of`` for resubmitted requests.
+request lines, kept for resubmission), ``retry_of`` for resubmitted requests, and the
+``pipeline_id``, ``fingerprint`` and ``endpoint`` (provider and base URL, digested) that tell
+``merge`` which configuration submitted them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ def receipt_base(provider_config: BatchProviderConfig, state_dir: str) -> str:
     base = provider_config.metadata_output_path or os.path.join(state_dir, "batch_metadata.jsonl")
     base = os.path.expanduser(base)
     return base.removesuffix(".jsonl")
+
+
+def endpoint(provider_config: BatchProviderConfig) -> str:
+    """Where a processor's requests go (provider and base URL), as a short digest: a receipt
+    carries it (a base URL may hold a secret; its digest does not)."""
+    where = f"{provider_config.provider}\0{getattr(provider_config, 'base_url', None) or ''}"
+    return hashlib.blake2b(where.encode(), digest_size=8).hexdigest()
 
 
 def receipt_path(base: str, modality: str, run_id: str, *, dry_run: bool = False) -> Path:
@@ -101,6 +110,7 @@ def chunk_receipt(
         # Which pipeline and configuration: merge ignores receipts of any other.
         "pipeline_id": pipeline_id,
         "fingerprint": fingerprint,
+        "endpoint": endpoint(provider_config),
         # Absolute: retry may run from another working directory.
         "spool_path": str(chunk.path.resolve()),
         "raw_response": public_fields(raw),

@@ -115,7 +115,8 @@ class _Resubmitter:
         self.pool = pool
         self.run_id = run_id
         self.state_dir = pipeline_state_dir(config)
-        self.stamp = pipeline_key(config)
+        key = pipeline_key(config)
+        self.stamp = (key.pipeline_id, key.fingerprint)
         self.root = batch_dir(self.state_dir) / f"{RETRY_PREFIX}{run_id}"
         self.creator = ChunkCreator(batch_dir(self.state_dir))
         self._targets: dict[tuple[str, str], _Target] = {}

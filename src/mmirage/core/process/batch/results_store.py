@@ -12,10 +12,12 @@ Three tables (stdlib ``sqlite3``, writes in ``executemany`` batches of ``WRITE_B
   where its request lines are (``spool_path``, for ``retry``), its last known status, whether
   it was fetched, and the span of row numbers it holds;
 * ``requests`` — each request → the batch of its *latest* submission (a ``retry`` receipt is
-  newer than the first one, so it wins);
+  newer than the first one, so it wins) and ``since``, the time of its latest *first*
+  (non-retry) submission: an edited config resubmits a changed request under the same id;
 * ``results`` — each request → its latest outcome. A success is never replaced by a failure;
   a later success replaces an earlier one, a later failure an earlier failure ("merge takes the
-  latest success per row").
+  latest success per row"). A result of a batch submitted before ``since`` answers an earlier
+  version of the request: *stale*, it never counts (SQL in ``results_sql``).
 
 A request is keyed by ``(source_index, tag)``, its custom_id ``<tag>-<source_index>`` split
 (``tag`` = ``<output>-<modality>``): rows are read in source order and chunks hold neighbouring
@@ -51,98 +53,20 @@ from mmirage.core.process.batch.batch_records import (
     result_line,
     split_id,
 )
+from mmirage.core.process.batch.results_sql import (
+    ADDED_COLUMNS,
+    FAILED_REQUESTS,
+    MARK_UNANSWERED,
+    OUTCOME_LINES,
+    SCHEMA,
+    UPSERT_REQUEST,
+    UPSERT_RESULT,
+)
 
 # Kept importable; renamed apart from llm_kit.providers.batch_backend.Outcome.
 Outcome = RequestOutcome
 WRITE_BATCH = 5000
 _IN_BATCH = 900  # bound variables per query, under every SQLite build's limit
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS batches (
-    provider TEXT NOT NULL,
-    batch_id TEXT NOT NULL,
-    no INTEGER NOT NULL UNIQUE,
-    processor TEXT,
-    modality TEXT,
-    spool_path TEXT,
-    submitted_at TEXT NOT NULL DEFAULT '',
-    request_count INTEGER NOT NULL DEFAULT 0,
-    status TEXT,
-    provider_status TEXT,
-    fetched INTEGER NOT NULL DEFAULT 0,
-    low INTEGER NOT NULL DEFAULT -1,
-    high INTEGER NOT NULL DEFAULT -1,
-    PRIMARY KEY (provider, batch_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS requests (
-    source_index INTEGER NOT NULL,
-    tag TEXT NOT NULL,
-    batch_no INTEGER NOT NULL,
-    PRIMARY KEY (source_index, tag)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS results (
-    source_index INTEGER NOT NULL,
-    tag TEXT NOT NULL,
-    batch_no INTEGER NOT NULL,
-    ok INTEGER NOT NULL,
-    text TEXT,
-    kind TEXT,
-    message TEXT,
-    retryable INTEGER,
-    input_tokens INTEGER,
-    output_tokens INTEGER,
-    finish_reason TEXT,
-    PRIMARY KEY (source_index, tag)
-) WITHOUT ROWID;
-"""
-# Columns added since the first release, with their type: a store an older mmirage made gets
-# them when opened (its results read as NULL there).
-_ADDED_COLUMNS = {"results": (("finish_reason", "TEXT"),)}
-
-# A newer submission (by its receipt's time) becomes the request's latest one.
-_UPSERT_REQUEST = """
-INSERT INTO requests (source_index, tag, batch_no) VALUES (?, ?, ?)
-ON CONFLICT (source_index, tag) DO UPDATE SET batch_no = excluded.batch_no
-WHERE (SELECT submitted_at FROM batches WHERE no = excluded.batch_no)
-   >= (SELECT submitted_at FROM batches WHERE no = requests.batch_no)
-"""
-
-# A success is never replaced by a failure; anything else takes the newer row.
-_UPSERT_RESULT = """
-INSERT INTO results (source_index, tag, batch_no, ok, text, kind, message, retryable,
-                     input_tokens, output_tokens, finish_reason)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (source_index, tag) DO UPDATE SET
-    batch_no = excluded.batch_no, ok = excluded.ok, text = excluded.text,
-    kind = excluded.kind, message = excluded.message, retryable = excluded.retryable,
-    input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens,
-    finish_reason = excluded.finish_reason
-WHERE excluded.ok = 1 OR results.ok = 0
-"""
-
-# Requests of a terminal batch that it returned no result for: recorded as that batch's
-# failure (expired, canceled, failed as a whole, or simply missing), never over a success.
-_MARK_UNANSWERED = """
-INSERT INTO results (source_index, tag, batch_no, ok, kind, message, retryable)
-SELECT q.source_index, q.tag, q.batch_no, 0, ?, ?, 1 FROM requests AS q
-WHERE q.source_index BETWEEN ? AND ? AND q.batch_no = ? AND NOT EXISTS (
-    SELECT 1 FROM results AS r
-    WHERE r.source_index = q.source_index AND r.tag = q.tag AND r.batch_no = q.batch_no)
-ON CONFLICT (source_index, tag) DO UPDATE SET
-    batch_no = excluded.batch_no, ok = 0, text = NULL, kind = excluded.kind,
-    message = excluded.message, retryable = 1, input_tokens = NULL, output_tokens = NULL,
-    finish_reason = NULL
-WHERE results.ok = 0
-"""
-
-# Each request of the row span with its latest result (if any).
-_OUTCOMES = """
-SELECT q.source_index, q.tag, q.batch_no, r.batch_no, r.ok, r.text, r.kind, r.message,
-       r.retryable, r.input_tokens, r.output_tokens, r.finish_reason
-FROM requests AS q LEFT JOIN results AS r
-    ON r.source_index = q.source_index AND r.tag = q.tag
-WHERE q.source_index {where}
-"""
 
 
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -163,7 +87,7 @@ class ResultsStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA cache_size=-65536")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(SCHEMA)
         self._add_columns()
         self._batches: dict[tuple[str, str], BatchRecord] = {}
         self._numbers: dict[tuple[str, str], int] = {}
@@ -181,8 +105,8 @@ class ResultsStore:
         self._db.close()
 
     def _add_columns(self) -> None:
-        """Bring a store made by an older mmirage up to ``_ADDED_COLUMNS``."""
-        for table, columns in _ADDED_COLUMNS.items():
+        """Bring a store made by an older mmirage up to ``ADDED_COLUMNS``."""
+        for table, columns in ADDED_COLUMNS.items():
             have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             for name, kind in columns:
                 if name not in have:
@@ -226,8 +150,12 @@ class ResultsStore:
     def batches(self) -> list[BatchRecord]:
         return list(self._batches.values())
 
-    def add_batch(self, record: BatchRecord, custom_ids: Iterable[str]) -> bool:
-        """Record a submitted batch and its requests; ``False`` (nothing done) if known."""
+    def add_batch(
+        self, record: BatchRecord, custom_ids: Iterable[str], *, resubmission: bool = False
+    ) -> bool:
+        """Record a submitted batch and its requests; ``False`` (nothing done) if known.
+        ``resubmission``: a ``retry`` of failed requests (same request lines), which keeps
+        their ``since``; any other batch is a first submission, which moves it."""
         if record.key in self._batches:
             return False
         no = len(self._numbers) + 1
@@ -249,7 +177,9 @@ class ResultsStore:
             )
             for chunk in _chunks(custom_ids, WRITE_BATCH):
                 keys = sorted(split_id(cid) for cid in chunk)
-                self._db.executemany(_UPSERT_REQUEST, [(i, tag, no) for i, tag in keys])
+                self._db.executemany(
+                    UPSERT_REQUEST, [(i, tag, no, int(resubmission)) for i, tag in keys]
+                )
                 low = keys[0][0] if low == -1 else min(low, keys[0][0])
                 high = max(high, keys[-1][0])
             self._db.execute(
@@ -287,10 +217,10 @@ class ResultsStore:
         with self._db:
             for chunk in _chunks(rows, WRITE_BATCH):
                 lines = sorted(line for row in chunk if (line := result_line(no, row)))
-                self._db.executemany(_UPSERT_RESULT, lines)
+                self._db.executemany(UPSERT_RESULT, lines)
                 stored += len(lines)
             low, high = self._spans[no]
-            self._db.execute(_MARK_UNANSWERED, (*unanswered, low, high, no))
+            self._db.execute(MARK_UNANSWERED, (*unanswered, low, high, no))
             self._db.execute("UPDATE batches SET fetched = 1 WHERE no = ?", (no,))
         record = self._batches[(provider, batch_id)]
         self._batches[record.key] = replace(record, fetched=True)
@@ -317,11 +247,11 @@ class ResultsStore:
         if not indices:
             return
         if indices[-1] - indices[0] < 4 * len(indices) + 16:
-            sql = _OUTCOMES.format(where="BETWEEN ? AND ?")
+            sql = OUTCOME_LINES.format(where="BETWEEN ? AND ?")
             yield from self._db.execute(sql, (indices[0], indices[-1]))
             return
         for chunk in _chunks(indices, _IN_BATCH):
-            sql = _OUTCOMES.format(where=f"IN ({','.join('?' * len(chunk))})")
+            sql = OUTCOME_LINES.format(where=f"IN ({','.join('?' * len(chunk))})")
             yield from self._db.execute(sql, chunk)
 
     def _outcome(self, cid: str, line: tuple[Any, ...]) -> RequestOutcome:
@@ -351,11 +281,7 @@ class ResultsStore:
         """``(provider, batch_id, custom_id)`` of every request whose latest outcome is a
         failure of a finished batch, grouped by batch (streamed: a million failures never sit
         in memory at once). Requests still running are never listed."""
-        cursor = self._db.execute(
-            "SELECT q.batch_no, q.source_index, q.tag, r.retryable FROM requests AS q "
-            "JOIN results AS r ON r.source_index = q.source_index AND r.tag = q.tag "
-            "WHERE r.ok = 0 ORDER BY q.batch_no"
-        )
+        cursor = self._db.execute(FAILED_REQUESTS)
         for batch_no, source_index, tag, retryable in cursor:
             key = self._by_number.get(batch_no)
             if key is None or not self._batches[key].fetched:

@@ -5,10 +5,13 @@ One ``ChunkSpool`` per (processor, shard, modality) lives in
 together — ``chunk-000001.jsonl`` (the exact request lines that will be uploaded) and
 ``chunk-000001.ids`` (``custom_id<TAB>source_index<TAB>dataset`` per line) — plus
 ``chunk-000001.done`` (its receipt, written as soon as the provider accepted the batch) and
-``chunk-000001.receipted`` once that receipt is in the receipt file. Requests are written
-before the runner checkpoints their rows, so a killed shard loses none: a resumed run submits
-the chunks that have no ``.done``, writes the receipts a kill left unwritten, and knows the
-custom_ids already spooled for the rows it will process again (never spooled twice).
+``chunk-000001.receipted`` once that receipt is in the receipt file, ``chunk-000001.remembered``
+once the shard's answer store knows its requests were submitted. Requests are written before
+the runner checkpoints their rows, so a killed shard loses none: a resumed run submits the
+chunks that have no ``.done``, writes the receipts a kill left unwritten, and knows the
+custom_ids already spooled for the rows it will process again (never spooled twice). A
+recomputed shard (its configuration edited) drops the chunks never sent instead: their rows
+are spooled again as the new configuration asks them.
 
 A chunk closes when the next request would push it past ``max_bytes`` or it holds
 ``max_requests`` (``llm_kit``'s ``BatchLimits.admits``, the rule of both chunk planners):
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +61,10 @@ class SpooledChunk:
     def receipted_path(self) -> Path:
         return self.path.with_suffix(".receipted")
 
+    @property
+    def remembered_path(self) -> Path:
+        return self.path.with_suffix(".remembered")
+
     def read_ids(self) -> Iterator[tuple[str, int, int]]:
         with open(self.ids_path, encoding="utf-8") as f:
             for line in f:
@@ -71,19 +78,25 @@ class ChunkSpool:
     max_bytes: int
     max_requests: int | None
     policy: str = "isolate"
-    # custom_ids an earlier, interrupted run spooled (filled by recover(); a run never spools
-    # a row twice itself, so new ids are not kept: memory stays O(1) in rows)
+    # custom_ids an earlier, interrupted run spooled in chunks not sent yet (filled by
+    # recover(); a run never spools a row twice itself, so new ids are not kept: memory stays
+    # O(1) in rows). Sent chunks are known to the shard's answer store instead.
     spooled: set[str] = field(default_factory=set)
     # Submitted chunks whose receipt line may be missing (killed between the two writes).
     unreceipted: list[SpooledChunk] = field(default_factory=list)
+    # Submitted chunks the answer store may not know yet (killed before it was told).
+    unremembered: list[SpooledChunk] = field(default_factory=list)
     _open: SpooledChunk | None = None
     _next: int = 1
 
-    def recover(self, from_index: int = 0) -> list[SpooledChunk]:
-        """Read what an earlier run left: remember the spooled ids of rows at or after
-        ``from_index`` (the rows a resumed run will process again — earlier rows are
-        checkpointed, so memory stays bounded by what was in flight), return the closed
-        chunks that were never submitted (oldest first) and keep the last one open."""
+    def recover(
+        self, from_index: int = 0, *, keep_unsent: Callable[[SpooledChunk], bool] | None = None
+    ) -> list[SpooledChunk]:
+        """Read what an earlier run left: remember the ids spooled in unsent chunks for rows
+        at or after ``from_index`` (the rows a resumed run will process again — earlier rows
+        are checkpointed, so memory stays bounded by what was in flight), return the closed
+        chunks that were never submitted (oldest first) and keep the last one open.
+        ``keep_unsent`` (a recomputed shard): an unsent chunk it refuses is deleted."""
         self.directory.mkdir(parents=True, exist_ok=True)
         pending: list[SpooledChunk] = []
         for name in sorted(os.listdir(self.directory)):
@@ -94,16 +107,23 @@ class ChunkSpool:
             self._next = max(self._next, chunk.number + 1)
             if not chunk.ids_path.exists():
                 continue
+            sent = chunk.done_path.exists()
+            if not sent and keep_unsent is not None and not keep_unsent(chunk):
+                chunk.ids_path.unlink()
+                chunk.path.unlink(missing_ok=True)
+                continue
             self._truncate_torn(chunk)
             for custom_id, source_index, _ in chunk.read_ids():
-                if source_index >= from_index:
+                if not sent and source_index >= from_index:
                     self.spooled.add(custom_id)
                 chunk.count += 1
             chunk.bytes = chunk.path.stat().st_size
-            if not chunk.done_path.exists() and chunk.count:
+            if not sent and chunk.count:
                 pending.append(chunk)
-            elif chunk.done_path.exists() and not chunk.receipted_path.exists():
+            elif sent and not chunk.receipted_path.exists():
                 self.unreceipted.append(chunk)
+            if sent and not chunk.remembered_path.exists():
+                self.unremembered.append(chunk)
         if pending and not self._is_full(pending[-1]):
             self._open = pending.pop()
         return pending
