@@ -9,7 +9,9 @@ answer), ``--rows`` rows × 2 outputs (a plain answer, then a JSON label that re
 2. run it again from nothing, Ctrl-C (SIGINT) mid-run, rerun it;
 3. edit ``output_schema`` (the published shape only), rerun;
 4. edit the second output's prompt, rerun;
-5. a row whose JSON answer never validates (``invalid_json: always``), then ``retry`` twice.
+5. a row whose JSON answer never validates (``invalid_json: always``), then ``retry`` twice;
+6. the same life as ``batch_api`` outputs: submit, edit ``output_schema``, edit one prompt,
+   ``--recompute`` (requests counted in the receipts: what was put in provider batches).
 
 A step's distinct requests are the requests nobody had asked before (an edited prompt: one
 per row; a validation re-ask quotes the bad answer, so it is a request of its own). Goal: paid
@@ -87,6 +89,34 @@ def pipeline(tmp: Path, name: str, base_url: str, rows: int, **edits: Any) -> Pa
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(body))
     return path
+
+
+def batch_pipeline(tmp: Path, base_url: str, rows: int, **edits: Any) -> Path:
+    """``rows`` rows × 2 ``batch_api`` outputs (a prompt may not read a batch_api output: both
+    read the row)."""
+    path = pipeline(tmp, "batch", base_url, rows)
+    body = yaml.safe_load(path.read_text())
+    body["processors"] = [
+        {"type": "batch_api", "provider": "openai", "model": "gpt-4o-mini", "base_url": base_url}
+    ]
+    summary, label = body["processing_params"]["outputs"]
+    summary["type"], label["type"] = "batch_api", "batch_api"
+    label["prompt"] = edits.get("label_prompt", "Label this review: {{ text }}")
+    schema = edits.get("output_schema")
+    if schema is not None:
+        body["processing_params"]["output_schema"] = schema
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def submitted(state: Path) -> int:
+    """Requests the receipts under ``state`` say were put in provider batches."""
+    return sum(
+        orjson.loads(line)["submitted_request_count"]
+        for receipt in state.rglob("batch_metadata.*.jsonl")
+        for line in receipt.read_bytes().splitlines()
+        if line.strip()
+    )
 
 
 def mmirage(*args: str) -> subprocess.CompletedProcess[str]:
@@ -188,6 +218,26 @@ def main() -> None:
             spent += paid(emu, lambda: mmirage("retry", str(broken)))
             spent += paid(emu, lambda: mmirage("retry", str(broken)))
             step("5. answers that never validate, retry x2", spent, n * (1 + 3))
+        with running_emulator(EmulatorConfig(), subprocess=True) as emu:
+            state = tmp / "batch" / "state"
+            reworded = {"label_prompt": "Mood: {{ text }}"}
+            for name, distinct, edits, flags in (
+                ("6a. batch_api: submit", 2 * n, {}, ()),
+                (
+                    "6b. batch_api: output_schema edited",
+                    0,
+                    {"output_schema": {"s": "{{ text }}"}},
+                    (),
+                ),
+                ("6c. batch_api: one prompt edited", n, reworded, ()),
+                ("6d. batch_api: --recompute", 0, reworded, ("--recompute",)),
+            ):
+                config = batch_pipeline(tmp, emu.openai_base_url, n, **edits)
+                before = submitted(state)
+                done = mmirage("run", str(config), *flags)
+                if done.returncode != 0:
+                    raise SystemExit(f"{name} failed:\n{done.stderr}")
+                step(name, submitted(state) - before, distinct)
     report(
         f"pay once: {args.rows} rows x 2 outputs, emulator latency {args.latency:g} s",
         [

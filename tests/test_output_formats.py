@@ -115,8 +115,18 @@ def test_a_shard_published_in_another_format_still_counts_as_finished(tmp_path: 
     finished = now_hf.finished()
     assert finished is not None and finished.rows_done == 5  # never recomputed nor re-billed
     assert now_hf.published == tmp_path / "shard-0-of-3.parquet"
-    now_hf.discard()
-    assert now_hf.find_published() is None and not now_hf.checkpoint_path.exists()
+    now_hf.begin_recompute()  # still readable, no longer finished
+    assert now_hf.find_published() == tmp_path / "shard-0-of-3.parquet"
+    assert now_hf.finished() is None and not now_hf.checkpoint_path.exists()
+    rows = make_rows(3)
+    ckpt = now_hf.open(FP)
+    now_hf.append(rows)
+    ckpt.rows_done = len(rows)
+    now_hf.publish(ckpt)
+    assert now_hf.find_published() == now_hf.path_for("hf")  # the parquet one is gone
+    assert not (tmp_path / "shard-0-of-3.parquet").exists()
+    finished = now_hf.finished()
+    assert finished is not None and finished.rows_done == 3 and not now_hf.recomputing
 
 
 def test_a_failed_conversion_publishes_nothing_and_keeps_the_part_file(

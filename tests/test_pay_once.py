@@ -120,3 +120,33 @@ def test_a_shard_recomputed_after_an_edit_is_published_whole(tmp_path: Path, emu
         [sys.executable, "-m", "mmirage", "check", str(config)], capture_output=True, text=True
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_old_shard_stays_readable_while_an_edit_recomputes_it(tmp_path: Path) -> None:
+    """Readers (a plain merge, a dashboard) see the old shard until the new one replaces it,
+    never a moment without one; merge of batch results refuses it meanwhile."""
+    with running_emulator(EmulatorConfig(latency_s=1.0)) as slow:
+        config = pipeline(tmp_path, slow.openai_base_url)
+        run("run", str(config), "--shard-id", "0")
+        shard = tmp_path / "out" / "shard-0-of-2.jsonl"
+        before = shard.read_bytes()
+        marker = tmp_path / "out" / ".parts" / "shard-0-of-2.recompute"
+        prompt = "Label the mood of: {{ summary }}"
+        edited = pipeline(tmp_path, slow.openai_base_url, label_prompt=prompt)
+        env = {**os.environ, "OPENAI_API_KEY": "sk-pay-once-test"}
+        child = subprocess.Popen(
+            [sys.executable, "-m", "mmirage", "run", str(edited), "--shard-id", "0"],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        seen = False
+        while child.poll() is None:
+            if marker.exists():
+                seen = True
+                assert shard.read_bytes() == before  # the old one, whole
+        _, stderr = child.communicate()
+        assert child.returncode == 0, stderr
+    assert seen, "the recompute never showed its marker"
+    assert not marker.exists() and shard.read_bytes() != before
+    assert all(json.loads(line)["__errors__"] is None for line in shard.read_text().splitlines())

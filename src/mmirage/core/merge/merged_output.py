@@ -38,24 +38,23 @@ def published_shards(config: MMirageConfig) -> list[Any]:
                 f"{lp.num_shards} are not published yet; finish them with 'mmirage run CONFIG' "
                 "and merge again"
             )
-        stale = [
-            str(shard.shard_id)
-            for shard in shards
-            if (
-                done := ShardOutput(
-                    ds.output_dir, shard.shard_id, lp.num_shards, lp.output_format
-                ).finished()
-            )
-            and done.fingerprint not in ("", fp)
-        ]
+        stale = [str(s.shard_id) for s in shards if not _current(ds.output_dir, s.shard_id, lp, fp)]
         if stale:
             raise CollectorError(
                 f"{ds.output_dir}: shard(s) {', '.join(stale)} of {lp.num_shards} were computed "
-                "under another configuration; run 'mmirage run CONFIG' first (it computes them "
-                "again, submitting only the requests that changed) and merge again"
+                "under another configuration (or are being computed again); run 'mmirage run "
+                "CONFIG' first (it computes them again, submitting only the requests that "
+                "changed) and merge again"
             )
         ordered.extend(shards)
     return ordered
+
+
+def _current(output_dir: str, shard_id: int, lp: Any, fp: str) -> bool:
+    """Whether a published shard is this configuration's finished shard (not one computed
+    under another, nor one being computed again, whose published version is an older one)."""
+    done = ShardOutput(output_dir, shard_id, lp.num_shards, lp.output_format).finished()
+    return done is not None and done.fingerprint in ("", fp)
 
 
 def merged_rows(

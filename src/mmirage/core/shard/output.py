@@ -6,6 +6,9 @@ Files, under the dataset's ``output_dir``:
 * ``.parts/shard-<k>-of-<n>.ckpt.json`` — rows done, the part file's byte length at that point
   and where to read next; rewritten atomically after the part file is fsynced, so it never
   claims more than the disk holds;
+* ``.parts/shard-<k>-of-<n>.recompute`` — while the shard is computed again (``--recompute``, an
+  edited config): the shard published before stays readable until the new one replaces it,
+  but is no longer this configuration's finished shard;
 * the published shard, in ``loading_params.output_format``: ``shard-<k>-of-<n>/`` (HF
   ``save_to_disk``, the original's format), ``shard-<k>-of-<n>.parquet`` or
   ``shard-<k>-of-<n>.jsonl``. JSONL is the part file renamed; the Arrow formats are converted
@@ -158,19 +161,33 @@ class ShardOutput:
                 return path
         return None
 
-    def discard(self) -> None:
-        """Forget every result of this (dataset, shard): a forced rerun starts from nothing."""
+    @property
+    def recompute_marker(self) -> Path:
+        return self.part.with_suffix(".recompute")
+
+    @property
+    def recomputing(self) -> bool:
+        """Being computed again: what is published is an earlier computation's."""
+        return self.recompute_marker.exists()
+
+    def begin_recompute(self) -> None:
+        """Start this (dataset, shard) over, from nothing: its part file and checkpoint go, the
+        published shard stays readable until the new one replaces it (``_install``)."""
+        if self.find_published() is not None:
+            self.part.parent.mkdir(parents=True, exist_ok=True)
+            with writing(self.recompute_marker, OUTPUT_DIR):
+                self.recompute_marker.touch()
+                _fsync_dir(self.part.parent)
         for path in (self.part, self.checkpoint_path):
             path.unlink(missing_ok=True)
-        for fmt in FORMATS:
-            _remove(self.path_for(fmt))
 
     def finished(self) -> ShardCheckpoint | None:
         """The checkpoint of a published shard (counted from its rows if it was lost), or
-        ``None`` when this (dataset, shard) is not published. Publishing renames first, so the
-        published shard, not the checkpoint's ``complete`` flag, is what says "done"."""
+        ``None`` when this (dataset, shard) is not published, or is being computed again.
+        Publishing renames first, so the published shard, not the checkpoint's ``complete``
+        flag, is what says "done"."""
         published = self.find_published()
-        if published is None:
+        if published is None or self.recomputing:
             return None
         ckpt = ShardCheckpoint.load(self.checkpoint_path)
         if ckpt is None:
@@ -299,11 +316,10 @@ class ShardOutput:
         ckpt.offset = self._file.tell()
         self.close()
         self._install(ckpt)
-        for fmt in FORMATS:  # an older version in another format is not this shard any more
-            if fmt != self.format:
-                _remove(self.path_for(fmt))
 
     def _install(self, ckpt: ShardCheckpoint) -> None:
+        """The part file becomes the published shard, replacing any earlier one; then the
+        checkpoint says so (a crash in between: the shard counts as done, see ``finished``)."""
         dest = self.path_for(self.format)
         with writing(dest, OUTPUT_DIR):
             if self.format == "jsonl":
@@ -312,6 +328,10 @@ class ShardOutput:
                 upto = ckpt.offset if self._grown else None  # else: converted whole
                 self.arrow.write(self.part, dest, self.format, upto)
                 self.part.unlink(missing_ok=True)
+            for fmt in FORMATS:  # an older version in another format is not this shard any more
+                if fmt != self.format:
+                    _remove(self.path_for(fmt))
+            self.recompute_marker.unlink(missing_ok=True)
         _fsync_dir(self.dir)
         written = describe(dest, ckpt.rows_done)
         ckpt.complete = True

@@ -206,7 +206,7 @@ async def _arun_shard_locked(
     context = dataclasses.replace(context, recompute=force, fresh=fresh)
     if force:  # computed again, from the stored answers; the retry budget too
         for out in outputs:
-            out.discard()
+            out.begin_recompute()  # the published shard stays readable until replaced
     if force or reset_attempts:
         status.data["attempts"] = 0
     done = verified_finished(outputs, shards, fp, repair=reset_attempts)
