@@ -117,7 +117,7 @@ def fixed_answer_server() -> Iterator[tuple[str, str]]:
             yield url, "nginx (fixed answer)"
         return
     print(f"nginx not found - {INSTALL_HINT}; falling back to the emulator", flush=True)
-    from llm_kit.emulator import EmulatorConfig, running_emulator
+    from provider_emulator import EmulatorConfig, running_emulator
 
     with running_emulator(EmulatorConfig(), subprocess=True) as emu:
         yield emu.openai_base_url, "llm_kit emulator (fallback: nginx not installed)"

@@ -99,7 +99,7 @@ def main() -> None:
         run_async(child(base_url, fmt, int(n), workdir))
         return
 
-    from llm_kit.emulator import EmulatorConfig, running_emulator
+    from provider_emulator import EmulatorConfig, running_emulator
 
     rows = []
     config = EmulatorConfig(batch_delay_s=args.provider_seconds)

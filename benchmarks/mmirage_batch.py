@@ -28,7 +28,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 from _common import report  # noqa: E402
-from llm_kit.emulator import EmulatorConfig, running_emulator  # noqa: E402
+from provider_emulator import EmulatorConfig, running_emulator  # noqa: E402
 
 MMIRAGE = [str(Path(sys.executable).with_name("mmirage"))]  # the installed console script
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from _common import report, run_async
 from llm_kit import LLM, BatchConfig, BatchItem, Message
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 
 RPM = 600
 

@@ -37,11 +37,11 @@ import orjson
 import yaml
 
 from _common import report
-from llm_kit.emulator import EmulatorConfig, running_emulator
-from llm_kit.emulator.runner import EmulatorHandle
 from mmirage.core.process.base import OutputResult
 from mmirage.core.shard.answers import AnswerStore
 from mmirage.core.shard.request_keys import request_digest, request_identity
+from provider_emulator import EmulatorConfig, running_emulator
+from provider_emulator.runner import EmulatorHandle
 
 ENV = {**os.environ, "OPENAI_API_KEY": "sk-bench"}
 

@@ -112,8 +112,8 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         print("\n== pipeline instructions: skipped (needs valgrind: apt-get install valgrind)")
         return
-    from llm_kit.emulator import EmulatorConfig, running_emulator
     from pipeline_overhead import TARGETS, write_config, write_data
+    from provider_emulator import EmulatorConfig, running_emulator
 
     n = args.rows
     counts: dict[tuple[str, int], int] = {}

@@ -140,7 +140,7 @@ def main() -> None:
         run_async(batch_child(base_url, int(n), out, int(concurrency)))
         return
 
-    from llm_kit.emulator import EmulatorConfig, running_emulator
+    from provider_emulator import EmulatorConfig, running_emulator
 
     n, c = args.rows, args.concurrency
     runs: dict[str, list[tuple[float, float]]] = {"batch": [], "jsonl": [], "hf": []}

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from _common import report
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 
 ROOT = Path(__file__).resolve().parents[1]
 

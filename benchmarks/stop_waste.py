@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from _common import report
-from llm_kit.emulator import EmulatorConfig, running_emulator
-from llm_kit.emulator.runner import EmulatorHandle
 from mmirage.core.shard.stop import DEADLINE_ENV
+from provider_emulator import EmulatorConfig, running_emulator
+from provider_emulator.runner import EmulatorHandle
 from slurm_overhead import config
 
 

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from llm_kit import LLM, BatchItem, BatchJob, Message
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 
 OUT = Path("out")
 MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "gemini": "gemini-2.5-flash"}

@@ -20,10 +20,10 @@ from typing import Any
 import orjson
 import yaml
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
-from llm_kit.emulator.runner import EmulatorHandle
 from mmirage.config.batch_provider import BatchProviderConfig
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter, BatchSubmissionResult
+from provider_emulator import EmulatorConfig, running_emulator
+from provider_emulator.runner import EmulatorHandle
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 
 TEST_KEY = "sk-test-secret-0123456789abcdef"
 

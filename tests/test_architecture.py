@@ -1,6 +1,6 @@
 """The house rules, checked on the source tree: no import circle between modules or between
 folders (function-level imports count; ``if TYPE_CHECKING:`` ones do not), llm_kit never imports
-mmirage, and no module over 400 lines."""
+mmirage nor the provider emulator, and no module over 400 lines."""
 
 from __future__ import annotations
 
@@ -107,6 +107,8 @@ def _folder(module: str) -> str:
     parts = module.split(".")
     if parts[:2] == ["mmirage", "core"] and len(parts) > 2:
         return ".".join(parts[:3])
+    if parts[0] == "provider_emulator":  # one server, one folder (as inside llm_kit before)
+        return parts[0]
     return ".".join(parts[:2])
 
 
@@ -130,6 +132,25 @@ def test_llm_kit_never_imports_mmirage() -> None:
         if source.startswith("llm_kit") and any(t.startswith("mmirage") for t in targets)
     ]
     assert offenders == []
+
+
+def test_llm_kit_never_imports_the_emulator_which_shares_only_wire_types_with_it() -> None:
+    graph = _graph()
+    into_emulator = [
+        source
+        for source, targets in graph.items()
+        if source.startswith("llm_kit") and any(t.startswith("provider_emulator") for t in targets)
+    ]
+    assert into_emulator == []
+    shared = {
+        target
+        for source, targets in graph.items()
+        if source.startswith("provider_emulator")
+        for target in targets
+        if not target.startswith("provider_emulator")
+    }
+    assert not any(t.startswith("mmirage") for t in shared)
+    assert {t for t in shared if t.startswith("llm_kit")} <= {"llm_kit.errors", "llm_kit.loops"}
 
 
 def test_no_module_over_400_lines() -> None:

@@ -18,8 +18,6 @@ import openai
 import orjson
 import pytest
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
-from llm_kit.emulator.runner import EmulatorHandle
 from llm_kit.errors import ProviderError
 from llm_kit.providers import get_codec
 from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
@@ -48,6 +46,8 @@ from mmirage.core.process.batch.adapters.anthropic import AnthropicBatchAdapter
 from mmirage.core.process.batch.adapters.gemini import GeminiBatchAdapter
 from mmirage.core.process.batch.adapters.openai import OpenAIBatchAdapter
 from mmirage.core.process.batch.registry import BatchAdapterRegistry
+from provider_emulator import EmulatorConfig, running_emulator
+from provider_emulator.runner import EmulatorHandle
 
 KEY = "sk-adapter-secret-5150-do-not-leak"
 PROVIDERS = ["openai", "anthropic", "gemini"]

@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from llm_kit import LLM, BatchConfig, BatchItem, BatchJob, ConfigError, Message
 from llm_kit.batch import BatchNotFinishedError, JobState
-from llm_kit.emulator import EmulatorConfig, running_emulator
 from llm_kit.providers.gemini_batch import GeminiBatchBackend
+from provider_emulator import EmulatorConfig, running_emulator
 
 KEY = "sk-batch-test-key-3141"
 FORMATS = ["openai", "anthropic", "gemini"]

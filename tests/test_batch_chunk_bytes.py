@@ -7,7 +7,7 @@ import itertools
 from pathlib import Path
 
 from batch_spec_support import mmirage
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 from test_batch_spec import by_chunk, key_env, oai, ok, prepare, question_rows, spooled_sizes
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 import pytest
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
 from mmirage.cli.batch_mode import batch_check, batch_merge, batch_retry
 from mmirage.core.process.batch import cost
 from mmirage.core.process.batch.collector import pipeline_state_dir
+from provider_emulator import EmulatorConfig, running_emulator
 from test_batch_collector import (
     KEY,
     SIZES,

@@ -13,7 +13,6 @@ from typing import Any
 import orjson
 import pytest
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
 from mmirage.config import load_mmirage_config_dict
 from mmirage.config.models import MMirageConfig
 from mmirage.core.merge.merged_output import write_merged
@@ -37,6 +36,7 @@ from mmirage.core.process.batch.results_store import (
     ResultsStore,
 )
 from mmirage.core.shard.runner import run_shard
+from provider_emulator import EmulatorConfig, running_emulator
 
 KEY = "sk-collector-secret-4242"
 ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}

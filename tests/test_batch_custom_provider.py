@@ -153,8 +153,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
-from llm_kit.emulator.runner import EmulatorHandle
+from provider_emulator import EmulatorConfig, running_emulator
+from provider_emulator.runner import EmulatorHandle
 from mmirage.config import BatchApiProcessorConfig, load_mmirage_config
 from mmirage.config.plugins import PROVIDER_PLUGINS
 from mmirage.core.process.batch.adapter import COMPLETED, MissingCredentialsError

@@ -30,11 +30,11 @@ from batch_spec_support import (
     write_rows,
     write_yaml,
 )
-from llm_kit.emulator import EmulatorConfig, running_emulator
-from llm_kit.emulator.runner import EmulatorHandle
 from mmirage.cli.batch_mode import batch_merge, batch_retry
 from mmirage.core.process.batch import fetching
 from mmirage.core.process.batch.collector import open_store
+from provider_emulator import EmulatorConfig, running_emulator
+from provider_emulator.runner import EmulatorHandle
 from test_batch_collector import ENV, SIZES, config_data, make_config, run_all
 
 KEY = "sk-merge-safety-7788"

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from batch_spec_support import MMIRAGE, mmirage
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 from test_batch_submit_interrupted import env_for, pipeline, stop_when_held
 
 SUBMIT_FAILED = "submitting a batch to openai failed"

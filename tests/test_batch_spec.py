@@ -46,9 +46,9 @@ from batch_spec_support import (
     write_rows,
     write_yaml,
 )
-from llm_kit.emulator.runner import EmulatorHandle
 from mmirage.config import load_mmirage_config_dict
 from mmirage.config.processors import BatchApiProcessorConfig
+from provider_emulator.runner import EmulatorHandle
 
 KEY = "sk-spec-test-key-31415"
 KEY_VAR = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}

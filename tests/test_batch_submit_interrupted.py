@@ -31,11 +31,11 @@ import orjson
 import pytest
 
 from batch_spec_support import MMIRAGE, batches_created, cli_env, mmirage, write_rows, write_yaml
-from llm_kit.emulator import EmulatorConfig, running_emulator
-from llm_kit.emulator.runner import EmulatorHandle
 from llm_kit.providers import get_codec, provider_spec
 from llm_kit.providers.batch_backend import BatchBackend
 from llm_kit.transport import HttpTransport
+from provider_emulator import EmulatorConfig, running_emulator
+from provider_emulator.runner import EmulatorHandle
 
 KEY = "sk-interrupt-test-2718"
 KEY_VAR = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
 from llm_kit.errors import ConfigError as KitConfigError
 from llm_kit.errors import LLMKitError
 from mmirage.cli import INTERRUPTED
@@ -23,6 +22,7 @@ from mmirage.cli.errors import code_of, exit_code_for, exit_on_errors, user_erro
 from mmirage.config import ConfigError
 from mmirage.core.merge.shards import MergeError
 from mmirage.errors import UserError, WorkFailed
+from provider_emulator import EmulatorConfig, running_emulator
 
 MMIRAGE = Path(sys.executable).with_name("mmirage")
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"

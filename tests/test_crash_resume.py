@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 
 TOTAL = 20_000
 WORKER = Path(__file__).with_name("crash_worker.py")

@@ -22,10 +22,6 @@ from pydantic import BaseModel
 from conftest import TEST_KEY
 from llm_kit import LLM, BatchConfig, BatchItem, BatchResult, ConfigError, Message
 from llm_kit.dialects import DIALECTS
-from llm_kit.emulator import EmulatorConfig, running_emulator
-from llm_kit.emulator.__main__ import _parser
-from llm_kit.emulator.config import DIALECTS as SERVER_NAMES
-from llm_kit.emulator.dialects import SERVER_DIALECTS
 from llm_kit.local import default_model_path
 from llm_kit.providers.openai import OpenAICodec
 from llm_kit.schema import response_schema
@@ -35,6 +31,10 @@ from mmirage.config.processors import LLMProcessorConfig
 from mmirage.config.validation import build
 from mmirage.core.process.base import OutputRequest
 from mmirage.core.process.llm_processor import LLMProcessor, build_llm
+from provider_emulator import EmulatorConfig, running_emulator
+from provider_emulator.__main__ import _parser
+from provider_emulator.config import DIALECTS as SERVER_NAMES
+from provider_emulator.dialects import SERVER_DIALECTS
 
 CONCURRENCY = 8
 

@@ -24,9 +24,9 @@ import yaml
 
 from conftest import TEST_KEY
 from docs_blocks import REPO, Block, all_blocks, deep_merge, mmirage_command_lines, python_scripts
-from llm_kit.emulator import EmulatorConfig, running_emulator
 from mmirage.cli import main as mmirage_cli
 from mmirage.config import load_mmirage_config
+from provider_emulator import EmulatorConfig, running_emulator
 
 MMIRAGE = Path(sys.executable).with_name("mmirage")
 SHARED_FOLDERS = ("examples", "configs")

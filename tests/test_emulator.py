@@ -32,13 +32,13 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 from pydantic import BaseModel, Field
 
-from llm_kit.emulator import EmulatorConfig, Faults, emulator_in_loop, running_emulator
-from llm_kit.emulator.limits import go_duration
-from llm_kit.emulator.runner import EmulatorHandle
-from llm_kit.emulator.schema_value import to_json_schema, value_for_schema
 from llm_kit.providers.base import Completion
 from llm_kit.types import Usage
 from mmirage.cli import main as mmirage_main
+from provider_emulator import EmulatorConfig, Faults, emulator_in_loop, running_emulator
+from provider_emulator.limits import go_duration
+from provider_emulator.runner import EmulatorHandle
+from provider_emulator.schema_value import to_json_schema, value_for_schema
 
 KEY = "test-key"
 PNG_1X1 = (
@@ -720,8 +720,8 @@ def test_local_responder_without_the_extra_fails_at_start(
 
 def test_both_emulator_command_lines_take_the_same_flags() -> None:
     """`mmirage emulate` declares its flags itself (importing llm_kit would slow every command):
-    it must still offer every flag of `python -m llm_kit.emulator`, with the same choices."""
-    from llm_kit.emulator.__main__ import _parser
+    it must still offer every flag of `python -m provider_emulator`, with the same choices."""
+    from provider_emulator.__main__ import _parser
 
     parser = _parser()
     ours = {flag for option in parser._actions for flag in option.option_strings}

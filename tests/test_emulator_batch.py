@@ -26,10 +26,10 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 from pydantic import BaseModel
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
-from llm_kit.emulator.__main__ import _parser
-from llm_kit.emulator.runner import EmulatorHandle
 from mmirage.cli import main as mmirage_main
+from provider_emulator import EmulatorConfig, running_emulator
+from provider_emulator.__main__ import _parser
+from provider_emulator.runner import EmulatorHandle
 
 KEY = "test-key"
 CHAT: Final = "/v1/chat/completions"

@@ -18,8 +18,6 @@ from pydantic import BaseModel
 from conftest import TEST_KEY
 from llm_kit import LLM, BatchConfig, BatchItem, BatchResult, Message, Usage
 from llm_kit.answers import ORDINARY_STOPS, max_tokens_of, truncated_error
-from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
-from llm_kit.emulator.responder import OFF_SCHEMA_TEXT
 from llm_kit.providers.batch_backend import Outcome
 from llm_kit.types import Completion
 from mmirage.core.process.base import OutputResult, Take
@@ -27,6 +25,8 @@ from mmirage.core.process.batch.adapters.wire import result_row
 from mmirage.core.process.batch.batch_records import RequestOutcome, result_line
 from mmirage.core.process.llm_processor import _results_to, _to_output_result
 from mmirage.core.shard.report import failed_summary
+from provider_emulator import EmulatorConfig, Faults, running_emulator
+from provider_emulator.responder import OFF_SCHEMA_TEXT
 
 FORMATS = ["openai", "anthropic", "gemini"]
 # Each provider's word for an answer stopped by the token limit, and for a normal end.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 from test_row_retry import mmirage  # the CLI in a subprocess, with a key
 
 ROWS = 6

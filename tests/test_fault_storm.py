@@ -8,7 +8,7 @@ import orjson
 
 from conftest import TEST_KEY
 from llm_kit import LLM, BatchConfig, BatchItem, Message
-from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
+from provider_emulator import EmulatorConfig, Faults, running_emulator
 
 N = 1500
 

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import pytest
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 from test_retry_cli import wait_for
 from test_slurm import make_pipeline, rows_of, status
 

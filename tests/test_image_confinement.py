@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from batch_spec_support import cli_env, mmirage, read_jsonl, shard_rows, write_rows, write_yaml
-from llm_kit.emulator.runner import EmulatorHandle
 from llm_kit.errors import ItemError
 from llm_kit.images import MAX_IMAGE_BYTES, split_data_url
 from llm_kit.providers.anthropic import AnthropicCodec
 from llm_kit.types import ImagePart, Message
 from mmirage.config.processing_params import InputVar, ProcessingParams
 from mmirage.core.render.variables import RowError, VariableExtractor, resolve_image
+from provider_emulator.runner import EmulatorHandle
 
 KEY = "sk-image-test-LEAK-5c81f0a2"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from llm_kit import LLM, BatchItem, Message
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 
 KEY = "sk-cli-key-2718"
 

@@ -8,8 +8,8 @@ import pytest
 
 from conftest import TEST_KEY
 from llm_kit import LLM, BatchConfig, BatchItem, BatchResult, Message
-from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
 from llm_kit.jsonl import JsonlWriter, drop_superseded, repair_torn_tail, scan
+from provider_emulator import EmulatorConfig, Faults, running_emulator
 
 
 def test_scan_reads_awkward_ids_and_foreign_lines(tmp_path: Path) -> None:

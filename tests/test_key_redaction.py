@@ -22,9 +22,9 @@ from aiohttp import web
 
 from batch_spec_support import Cli, cli_env, mmirage, write_rows, write_yaml
 from llm_kit import LLM, BatchConfig, BatchItem, Message
-from llm_kit.emulator.runner import EmulatorHandle
 from llm_kit.errors import ProviderError
 from llm_kit.redact import redact, redact_text
+from provider_emulator.runner import EmulatorHandle
 
 SECRET = "sk-gateway-echo-LEAK-9d2b7e41"
 _DENY = "/deny"

@@ -21,7 +21,7 @@ def _llm_kit_modules() -> list[str]:
         info.name
         for info in pkgutil.walk_packages(llm_kit.__path__, "llm_kit.")
         # The emulator is a test server with its own errors; the local engine needs llama_cpp.
-        if not info.name.startswith(("llm_kit.emulator", "llm_kit.local"))
+        if not info.name.startswith(("provider_emulator", "llm_kit.local"))
     ]
     return ["llm_kit", *names]
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 
 ROWS = 6
 

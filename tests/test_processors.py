@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from llm_kit import MissingAPIKeyError
-from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
 from mmirage.config.errors import ConfigError
 from mmirage.config.processing_params import CustomOutput, LLMOutput
 from mmirage.config.processors import (
@@ -23,6 +22,7 @@ from mmirage.core.process.base import OutputRequest
 from mmirage.core.process.custom_processor import CustomProcessor
 from mmirage.core.process.factory import build_processor
 from mmirage.core.process.llm_processor import LLMProcessor
+from provider_emulator import EmulatorConfig, Faults, running_emulator
 
 SOURCE = "test.yaml"
 

@@ -18,7 +18,7 @@ from batch_spec_support import (
     write_rows,
     write_yaml,
 )
-from llm_kit.emulator.runner import EmulatorHandle
+from provider_emulator.runner import EmulatorHandle
 
 PLUGIN = """
 from dataclasses import dataclass

@@ -5,9 +5,9 @@ from typing import Any
 
 from conftest import TEST_KEY
 from llm_kit import LLM, BatchConfig, BatchItem, Message
-from llm_kit.emulator import EmulatorConfig, running_emulator
 from llm_kit.providers.base import RateLimitInfo
 from llm_kit.ratelimit import RateLimiter
+from provider_emulator import EmulatorConfig, running_emulator
 
 
 async def test_idle_limiter_never_waits() -> None:

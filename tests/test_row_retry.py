@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
 from mmirage.config import load_mmirage_config_dict
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor
 from mmirage.core.shard import run_shard
+from provider_emulator import EmulatorConfig, Faults, running_emulator
 
 ROWS = 150
 STORM = Faults(rate_429=0.15, rate_500=0.1, retry_after_s=0.01)

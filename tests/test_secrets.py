@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llm_kit import LLM, BatchConfig, BatchItem, Message
-from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
+from provider_emulator import EmulatorConfig, Faults, running_emulator
 
 SECRET = "sk-live-DO-NOT-LEAK-7f3a9c"
 

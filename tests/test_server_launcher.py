@@ -57,7 +57,7 @@ if mode == "crash":
     sys.exit(3)
 if mode == "hang":
     time.sleep(3600)
-from llm_kit.emulator.__main__ import main
+from provider_emulator.__main__ import main
 
 latency = os.environ.get("FAKE_ENGINE_LATENCY")
 extra = ["--latency", latency] if latency else []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
+from provider_emulator import EmulatorConfig, running_emulator
 from test_slurm import make_pipeline, mmirage, rows_of, squeue_states, status, wait_until
 
 pytestmark = pytest.mark.slurm

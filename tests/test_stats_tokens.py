@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
 from mmirage.core.merge.shards import stats_report
+from provider_emulator import EmulatorConfig, running_emulator
 from test_batch_collector import KEY, make_config, run_all
 
 

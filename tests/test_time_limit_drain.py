@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llm_kit.emulator import EmulatorConfig, running_emulator
 from mmirage.core.shard.stop import DEADLINE_ENV
+from provider_emulator import EmulatorConfig, running_emulator
 from test_retry_cli import checkpointed, statuses, wait_for
 from test_slurm import make_pipeline, rows_of
 

@@ -19,9 +19,9 @@ import time
 
 import orjson
 
-from llm_kit.emulator import EmulatorConfig, ready_line, serve
-from llm_kit.emulator import state as emulator_state
-from llm_kit.emulator.responder import EchoResponder, Prompt, Reply
+from provider_emulator import EmulatorConfig, ready_line, serve
+from provider_emulator import state as emulator_state
+from provider_emulator.responder import EchoResponder, Prompt, Reply
 
 
 class CountingResponder:

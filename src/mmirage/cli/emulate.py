@@ -1,4 +1,4 @@
-"""``mmirage emulate``: the provider emulator (``llm_kit.emulator``) as a local server."""
+"""``mmirage emulate``: the provider emulator (``provider_emulator``) as a local server."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ _EMULATE_FAULT_OPTIONS = [
 )
 def emulate(host: str, port: int, **options: object) -> None:
     """Serve the OpenAI, Anthropic and Gemini APIs locally, until Ctrl-C or SIGTERM."""
-    from llm_kit.emulator import EmulatorConfig, ready_line, serve
+    from provider_emulator import EmulatorConfig, ready_line, serve
 
     try:
         config = EmulatorConfig.from_options(**options)

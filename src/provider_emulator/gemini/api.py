@@ -10,11 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.family import JSON_HEADERS, Family, Handler, json_response
-from llm_kit.emulator.faults import Fault
-from llm_kit.emulator.limits import BudgetState
-from llm_kit.emulator.responder import Prompt, Reply
+from provider_emulator.errors import RequestError
+from provider_emulator.family import JSON_HEADERS, Family, Handler, json_response
+from provider_emulator.faults import Fault
+from provider_emulator.limits import BudgetState
+from provider_emulator.responder import Prompt, Reply
 
 _STATUS = {
     400: "INVALID_ARGUMENT",

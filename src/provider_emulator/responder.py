@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from llm_kit.emulator.config import InvalidJson, ResponderName
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.schema_value import to_json_schema, value_for_schema
 from llm_kit.errors import ItemError
+from provider_emulator.config import InvalidJson, ResponderName
+from provider_emulator.errors import RequestError
+from provider_emulator.schema_value import to_json_schema, value_for_schema
 
 DEFAULT_MAX_TOKENS = 256  # when a request sets none (OpenAI, Gemini)
 IMAGE_TOKENS = 85  # a flat, cheap estimate per image

@@ -157,7 +157,7 @@ class EmulatorConfig:
     def from_options(cls, **options: Any) -> EmulatorConfig:
         """Build from the flat command-line names (``latency``, ``fault_429``, ...).
 
-        Both command lines (``python -m llm_kit.emulator`` and ``mmirage emulate``) go through
+        Both command lines (``python -m provider_emulator`` and ``mmirage emulate``) go through
         here, so a flag means the same thing in each. ``None`` means "keep the default".
         """
         faults = {
@@ -172,7 +172,7 @@ class EmulatorConfig:
         return cls(faults=Faults(**faults), **kwargs)
 
     def to_argv(self) -> list[str]:
-        """The ``python -m llm_kit.emulator`` arguments that rebuild this configuration."""
+        """The ``python -m provider_emulator`` arguments that rebuild this configuration."""
         argv = [
             f"--latency={self.latency_s}",
             f"--latency-jitter={self.latency_jitter_s}",
@@ -213,7 +213,7 @@ FAULT_OPTIONS: dict[str, str] = {
 
 
 class BatchOption(NamedTuple):
-    """One batch setting as a command-line flag: ``python -m llm_kit.emulator`` and ``to_argv``
+    """One batch setting as a command-line flag: ``python -m provider_emulator`` and ``to_argv``
     are built from these; ``mmirage emulate`` declares the same flags (kept import-free)."""
 
     field: str  # the EmulatorConfig field, which is also the option's keyword

@@ -17,16 +17,16 @@ from typing import Any, BinaryIO
 import orjson
 from aiohttp import web
 
-from llm_kit.emulator.batch.http import page_after, query_int
-from llm_kit.emulator.batch.input import BatchInput, scan_lines
-from llm_kit.emulator.batch.job import BatchJob, ItemFault, Limits, Outcome, limits_for
-from llm_kit.emulator.batch.runner import Answer, Output
-from llm_kit.emulator.batch.store import StoredFile
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.family import json_response
-from llm_kit.emulator.openai.api import OpenAIFamily, error_body
-from llm_kit.emulator.openai.batch_object import batch_json
-from llm_kit.emulator.openai.files import ID_PREFIX as FILE_PREFIX
+from provider_emulator.batch.http import page_after, query_int
+from provider_emulator.batch.input import BatchInput, scan_lines
+from provider_emulator.batch.job import BatchJob, ItemFault, Limits, Outcome, limits_for
+from provider_emulator.batch.runner import Answer, Output
+from provider_emulator.batch.store import StoredFile
+from provider_emulator.errors import RequestError
+from provider_emulator.family import json_response
+from provider_emulator.openai.api import OpenAIFamily, error_body
+from provider_emulator.openai.batch_object import batch_json
+from provider_emulator.openai.files import ID_PREFIX as FILE_PREFIX
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Start an emulator for a test or a benchmark and stop it afterwards.
 
 - ``running_emulator(config)``: a background thread with its own event loop (fast start), or
-  ``subprocess=True``: ``python -m llm_kit.emulator`` in its own process, so that the server
+  ``subprocess=True``: ``python -m provider_emulator`` in its own process, so that the server
   has its own core and GIL (benchmarks; needed for ``workers > 1``).
 - ``async with emulator_in_loop(config)``: the server on the caller's running loop.
 """
@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from llm_kit.emulator.config import EmulatorConfig
-from llm_kit.emulator.server import bind_socket, start_site
+from provider_emulator.config import EmulatorConfig
+from provider_emulator.server import bind_socket, start_site
 
 _READY = re.compile(r"http://\S+?:(\d+)")
 
@@ -35,7 +35,7 @@ def base_url(host: str, port: int) -> str:
 
 
 def ready_line(host: str, port: int) -> str:
-    """What ``mmirage emulate`` and ``python -m llm_kit.emulator`` print once they listen."""
+    """What ``mmirage emulate`` and ``python -m provider_emulator`` print once they listen."""
     url = base_url(host, port)
     return f"Emulator ready: OpenAI {url}/v1  Anthropic {url}  Gemini {url}"
 
@@ -151,7 +151,7 @@ def _in_thread(
 def _in_subprocess(
     config: EmulatorConfig, host: str, port: int, timeout_s: float
 ) -> Iterator[EmulatorHandle]:
-    argv = [sys.executable, "-m", "llm_kit.emulator", f"--host={host}", f"--port={port}"]
+    argv = [sys.executable, "-m", "provider_emulator", f"--host={host}", f"--port={port}"]
     process = sp.Popen([*argv, *config.to_argv()], stdout=sp.PIPE, text=True)
     try:
         bound = _read_port(process, timeout_s)

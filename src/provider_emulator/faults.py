@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from enum import Enum
 
-from llm_kit.emulator.config import Faults
+from provider_emulator.config import Faults
 
 
 class Fault(Enum):

@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 import orjson
 from aiohttp import web
 
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.faults import Fault
-from llm_kit.emulator.limits import BudgetState
-from llm_kit.emulator.responder import Prompt, Reply
-from llm_kit.emulator.state import EmulatorState
+from provider_emulator.errors import RequestError
+from provider_emulator.faults import Fault
+from provider_emulator.limits import BudgetState
+from provider_emulator.responder import Prompt, Reply
+from provider_emulator.state import EmulatorState
 
 logger = logging.getLogger(__name__)
 

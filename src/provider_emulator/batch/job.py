@@ -18,8 +18,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from llm_kit.emulator.batch.store import StoredFile
-from llm_kit.emulator.config import EmulatorConfig
+from provider_emulator.batch.store import StoredFile
+from provider_emulator.config import EmulatorConfig
 
 VALIDATING_SHARE = 0.1  # of batch_delay_s
 FINALIZING_SHARE = 0.9

@@ -6,9 +6,9 @@ from typing import Any
 
 from aiohttp import web
 
-from llm_kit.emulator.anthropic import api as anthropic_api
-from llm_kit.emulator.family import json_response
-from llm_kit.emulator.openai import api as openai_api
+from provider_emulator.anthropic import api as anthropic_api
+from provider_emulator.family import json_response
+from provider_emulator.openai import api as openai_api
 
 
 def _openai_model(model_id: str) -> dict[str, Any]:

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from llm_kit.emulator.batch.input import BatchInput, Slicer
-from llm_kit.emulator.batch.job import INVALID_SHARE, BatchJob, Fate, ItemFault, Outcome
-from llm_kit.emulator.batch.store import BatchStore
+from provider_emulator.batch.input import BatchInput, Slicer
+from provider_emulator.batch.job import INVALID_SHARE, BatchJob, Fate, ItemFault, Outcome
+from provider_emulator.batch.store import BatchStore
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from llm_kit.emulator.config import DialectName
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.responder import Prompt
+from provider_emulator.config import DialectName
+from provider_emulator.errors import RequestError
+from provider_emulator.responder import Prompt
 
 
 @dataclass(frozen=True, slots=True)

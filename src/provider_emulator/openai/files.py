@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from llm_kit.emulator.batch.http import (
+from provider_emulator.batch.http import (
     CHUNK,
     file_response,
     page_after,
@@ -19,10 +19,10 @@ from llm_kit.emulator.batch.http import (
     result_file_response,
     save_stream,
 )
-from llm_kit.emulator.batch.store import StoredFile
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.family import json_response
-from llm_kit.emulator.openai.api import OpenAIFamily
+from provider_emulator.batch.store import StoredFile
+from provider_emulator.errors import RequestError
+from provider_emulator.family import json_response
+from provider_emulator.openai.api import OpenAIFamily
 
 PURPOSES = (
     "assistants",

@@ -7,18 +7,18 @@ from typing import Any
 
 from aiohttp import web
 
-from llm_kit.emulator.config import DialectName
-from llm_kit.emulator.dialects import apply_structured
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.family import (
+from provider_emulator.config import DialectName
+from provider_emulator.dialects import apply_structured
+from provider_emulator.errors import RequestError
+from provider_emulator.family import (
     JSON_HEADERS,
     Family,
     json_response,
     retry_headers,
 )
-from llm_kit.emulator.faults import Fault
-from llm_kit.emulator.limits import BudgetState, go_duration
-from llm_kit.emulator.responder import Prompt, Reply
+from provider_emulator.faults import Fault
+from provider_emulator.limits import BudgetState, go_duration
+from provider_emulator.responder import Prompt, Reply
 
 MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1-nano", "gpt-5-mini")
 _IMAGE_MIME = ("image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp")

@@ -18,14 +18,14 @@ from typing import Any, BinaryIO
 import orjson
 from aiohttp import web
 
-from llm_kit.emulator.batch.http import page_after, query_int, read_json, rfc3339
-from llm_kit.emulator.batch.input import BatchInput, Slicer, Spill, scan_lines
-from llm_kit.emulator.batch.job import BatchJob, ItemFault, Outcome, Phase, limits_for
-from llm_kit.emulator.batch.runner import Answer, Output
-from llm_kit.emulator.batch.store import StoredFile
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.gemini.api import GeminiFamily, get_field
-from llm_kit.emulator.gemini.files import PREFIX as FILE_PREFIX
+from provider_emulator.batch.http import page_after, query_int, read_json, rfc3339
+from provider_emulator.batch.input import BatchInput, Slicer, Spill, scan_lines
+from provider_emulator.batch.job import BatchJob, ItemFault, Outcome, Phase, limits_for
+from provider_emulator.batch.runner import Answer, Output
+from provider_emulator.batch.store import StoredFile
+from provider_emulator.errors import RequestError
+from provider_emulator.gemini.api import GeminiFamily, get_field
+from provider_emulator.gemini.files import PREFIX as FILE_PREFIX
 
 logger = logging.getLogger(__name__)
 

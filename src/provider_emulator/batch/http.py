@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
-from llm_kit.emulator.batch.damaged_downloads import DamagedDownloads
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.family import Family, Handler
+from provider_emulator.batch.damaged_downloads import DamagedDownloads
+from provider_emulator.errors import RequestError
+from provider_emulator.family import Family, Handler
 
 T = TypeVar("T")
 

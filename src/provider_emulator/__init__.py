@@ -5,17 +5,17 @@ per-minute budgets that answer 429 with real headers, injected faults, and batch
 batches, message batches, Gemini batch mode) that end after ``batch_delay_s`` and can fail,
 expire or lose single requests on purpose::
 
-    from llm_kit.emulator import EmulatorConfig, Faults, running_emulator
+    from provider_emulator import EmulatorConfig, Faults, running_emulator
 
     with running_emulator(EmulatorConfig(faults=Faults(rate_500=0.1), seed=1)) as emu:
         client = openai.OpenAI(base_url=emu.openai_base_url, api_key="test")
 
-From a shell: ``mmirage emulate --port 8000`` or ``python -m llm_kit.emulator --port 8000``.
+From a shell: ``mmirage emulate --port 8000`` or ``python -m provider_emulator --port 8000``.
 """
 
-from llm_kit.emulator.config import EmulatorConfig, Faults
-from llm_kit.emulator.runner import EmulatorHandle, emulator_in_loop, ready_line, running_emulator
-from llm_kit.emulator.server import create_app, serve
+from provider_emulator.config import EmulatorConfig, Faults
+from provider_emulator.runner import EmulatorHandle, emulator_in_loop, ready_line, running_emulator
+from provider_emulator.server import create_app, serve
 
 __all__ = [
     "EmulatorConfig",

@@ -12,16 +12,16 @@ import asyncio
 
 from aiohttp import web
 
-from llm_kit.emulator.anthropic.api import AnthropicFamily
-from llm_kit.emulator.anthropic.batch import AnthropicBatches
-from llm_kit.emulator.batch.http import guarded
-from llm_kit.emulator.family import Family, Handler
-from llm_kit.emulator.gemini.api import GeminiFamily
-from llm_kit.emulator.gemini.batch import GeminiBatches
-from llm_kit.emulator.gemini.files import GeminiFiles
-from llm_kit.emulator.openai.api import OpenAIFamily
-from llm_kit.emulator.openai.batch import OpenAIBatches
-from llm_kit.emulator.openai.files import OpenAIFiles
+from provider_emulator.anthropic.api import AnthropicFamily
+from provider_emulator.anthropic.batch import AnthropicBatches
+from provider_emulator.batch.http import guarded
+from provider_emulator.family import Family, Handler
+from provider_emulator.gemini.api import GeminiFamily
+from provider_emulator.gemini.batch import GeminiBatches
+from provider_emulator.gemini.files import GeminiFiles
+from provider_emulator.openai.api import OpenAIFamily
+from provider_emulator.openai.batch import OpenAIBatches
+from provider_emulator.openai.files import OpenAIFiles
 
 _GEMINI_VERSIONS = "{version:v1beta|v1}"
 

@@ -15,20 +15,20 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from llm_kit.emulator.anthropic.api import AnthropicFamily
-from llm_kit.emulator.batch.http import (
+from provider_emulator.anthropic.api import AnthropicFamily
+from provider_emulator.batch.http import (
     origin,
     query_int,
     read_json,
     result_file_response,
     rfc3339,
 )
-from llm_kit.emulator.batch.input import BatchInput, Slicer, Spill
-from llm_kit.emulator.batch.job import BatchJob, ItemFault, Outcome, Phase, limits_for
-from llm_kit.emulator.batch.runner import Answer, Output
-from llm_kit.emulator.batch.store import StoredFile
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.family import json_response
+from provider_emulator.batch.input import BatchInput, Slicer, Spill
+from provider_emulator.batch.job import BatchJob, ItemFault, Outcome, Phase, limits_for
+from provider_emulator.batch.runner import Answer, Output
+from provider_emulator.batch.store import StoredFile
+from provider_emulator.errors import RequestError
+from provider_emulator.family import json_response
 
 logger = logging.getLogger(__name__)
 

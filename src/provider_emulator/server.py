@@ -22,14 +22,14 @@ from typing import Any
 
 from aiohttp import web
 
-from llm_kit import loops
-from llm_kit.emulator import batch_routes, models_api
-from llm_kit.emulator.anthropic import api as anthropic_api
-from llm_kit.emulator.config import EmulatorConfig
-from llm_kit.emulator.family import json_response
-from llm_kit.emulator.gemini import api as gemini_api
-from llm_kit.emulator.openai import api as openai_api
-from llm_kit.emulator.state import EmulatorState
+from llm_kit.loops import run as run_on_best_loop
+from provider_emulator import batch_routes, models_api
+from provider_emulator.anthropic import api as anthropic_api
+from provider_emulator.config import EmulatorConfig
+from provider_emulator.family import json_response
+from provider_emulator.gemini import api as gemini_api
+from provider_emulator.openai import api as openai_api
+from provider_emulator.state import EmulatorState
 
 STATE: web.AppKey[EmulatorState] = web.AppKey("emulator_state", EmulatorState)
 BACKLOG = 2048  # benchmarks open hundreds of connections at once
@@ -123,7 +123,7 @@ async def _serve_until_signal(
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
     """Run ``main`` on uvloop when it is installed."""
-    loops.run(main)
+    run_on_best_loop(main)
 
 
 def serve(

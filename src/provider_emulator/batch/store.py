@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llm_kit.emulator.batch.job import BatchJob
+    from provider_emulator.batch.job import BatchJob
 
 
 @dataclass(slots=True)

@@ -6,16 +6,16 @@ from typing import Any
 
 from aiohttp import web
 
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.family import (
+from provider_emulator.errors import RequestError
+from provider_emulator.family import (
     JSON_HEADERS,
     Family,
     json_response,
     retry_headers,
 )
-from llm_kit.emulator.faults import Fault
-from llm_kit.emulator.limits import BudgetState, rfc3339_in
-from llm_kit.emulator.responder import Prompt, Reply
+from provider_emulator.faults import Fault
+from provider_emulator.limits import BudgetState, rfc3339_in
+from provider_emulator.responder import Prompt, Reply
 
 MODELS = ("claude-sonnet-4-6", "claude-haiku-4-5", "claude-opus-4-6")
 _IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")

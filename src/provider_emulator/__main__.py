@@ -1,24 +1,24 @@
-"""``python -m llm_kit.emulator``: serve the provider emulator until SIGTERM or Ctrl-C."""
+"""``python -m provider_emulator``: serve the provider emulator until SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from llm_kit.emulator.config import (
+from provider_emulator.config import (
     BATCH_OPTIONS,
     DIALECTS,
     INVALID_JSON,
     RESPONDERS,
     EmulatorConfig,
 )
-from llm_kit.emulator.runner import ready_line
-from llm_kit.emulator.server import serve
+from provider_emulator.runner import ready_line
+from provider_emulator.server import serve
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m llm_kit.emulator",
+        prog="python -m provider_emulator",
         description="Serve the OpenAI, Anthropic and Gemini live and batch APIs locally.",
     )
     add = parser.add_argument

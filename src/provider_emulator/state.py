@@ -11,14 +11,14 @@ import random
 import time
 from typing import Any
 
-from llm_kit.emulator.batch.damaged_downloads import DamagedDownloads
-from llm_kit.emulator.batch.job import Fates
-from llm_kit.emulator.batch.runner import Runner
-from llm_kit.emulator.batch.store import BatchStore
-from llm_kit.emulator.config import EmulatorConfig
-from llm_kit.emulator.faults import FaultInjector
-from llm_kit.emulator.limits import FamilyLimiter
-from llm_kit.emulator.responder import OffSchemaResponder, Responder, make_responder
+from provider_emulator.batch.damaged_downloads import DamagedDownloads
+from provider_emulator.batch.job import Fates
+from provider_emulator.batch.runner import Runner
+from provider_emulator.batch.store import BatchStore
+from provider_emulator.config import EmulatorConfig
+from provider_emulator.faults import FaultInjector
+from provider_emulator.limits import FamilyLimiter
+from provider_emulator.responder import OffSchemaResponder, Responder, make_responder
 
 FAMILIES = ("openai", "anthropic", "gemini")
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from llm_kit.emulator.batch.http import (
+from provider_emulator.batch.http import (
     CHUNK,
     file_response,
     origin,
@@ -28,10 +28,10 @@ from llm_kit.emulator.batch.http import (
     rfc3339,
     save_stream,
 )
-from llm_kit.emulator.batch.store import StoredFile
-from llm_kit.emulator.errors import RequestError
-from llm_kit.emulator.family import json_response
-from llm_kit.emulator.gemini.api import GeminiFamily
+from provider_emulator.batch.store import StoredFile
+from provider_emulator.errors import RequestError
+from provider_emulator.family import json_response
+from provider_emulator.gemini.api import GeminiFamily
 
 PREFIX = "files/"
 MAX_FILE_BYTES = 2 * 1024**3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_kit.emulator.batch.job import BatchJob, Outcome, Phase
+from provider_emulator.batch.job import BatchJob, Outcome, Phase
 
 WINDOW_S = 24 * 3600
 _STATUS = {
