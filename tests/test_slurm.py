@@ -443,6 +443,7 @@ def test_an_edit_or_a_recompute_resubmits_the_shards_and_pays_only_for_what_chan
     """A finished array: an edited prompt submits the shards again and pays one request per
     row; ``--recompute`` pays nothing; the task command carries the run id and the flag."""
     config = make_pipeline(tmp_path, emulator.openai_base_url, shards=2)
+    emulator.reset_stats()  # the emulator serves the whole session
     assert mmirage("run", str(config), "--wait", cwd=tmp_path).returncode == 0
     assert emulator.stats()["requests"] == ROWS
 
