@@ -16,7 +16,7 @@ import pytest
 
 from mmirage.cli.batch_mode import batch_check, batch_merge, batch_retry
 from mmirage.core.process.batch import cost
-from mmirage.core.process.batch.collector import pipeline_state_dir
+from mmirage.rundir import RunDir
 from provider_emulator import EmulatorConfig, running_emulator
 from test_batch_collector import (
     KEY,
@@ -152,7 +152,7 @@ def test_a_failed_lookup_is_reported_and_exits_1(
     with running_emulator(EmulatorConfig()) as emu:
         config = make_config(tmp_path, emu)
         run_all(config)
-        receipt = Path(receipt_files(config)[0])
+        receipt = Path(receipt_files(RunDir.of(config))[0])
         bogus = {**scan_lines(config)[0], "provider_batch_id": "batch_nobody_knows"}
         with open(receipt, "ab") as f:
             f.write(orjson.dumps(bogus) + b"\n")
@@ -183,12 +183,12 @@ def test_dry_run_receipts_are_skipped_even_when_named(
     with running_emulator(EmulatorConfig()) as emu:
         config = make_config(tmp_path, emu)
         run_all(config)
-        real = receipt_files(config)
+        real = receipt_files(RunDir.of(config))
         base, modality, run_id, _ = real[0].rsplit(".", 3)
         dry = Path(f"{base}.dry-run.{modality}.{run_id}.jsonl")
         line = {**scan_lines(config)[0], "status": "dry_run", "provider_batch_id": "dry-run-x"}
         dry.write_bytes(orjson.dumps(line) + b"\n")
-        assert str(dry) not in receipt_files(config)
+        assert str(dry) not in receipt_files(RunDir.of(config))
         assert batch_check(config, metadata_paths=[*real, str(dry)]) == 0
     assert "dry-run-x" not in capsys.readouterr().out
 
@@ -281,7 +281,7 @@ def test_merge_with_one_receipt_reports_the_others_missing(
     with running_emulator(EmulatorConfig()) as emu:
         config = make_config(tmp_path, emu)
         run_all(config)
-        text_only = [p for p in receipt_files(config) if ".text." in p]
+        text_only = [p for p in receipt_files(RunDir.of(config)) if ".text." in p]
         assert batch_merge(config, str(tmp_path / "m.jsonl"), metadata_paths=text_only) == 1
     rows = read_jsonl(tmp_path / "m.jsonl")
     images = [r for r in rows if r.get("img") and "__row__" not in (r["__errors__"] or {})]
@@ -300,12 +300,16 @@ def test_merge_under_a_changed_configuration_sends_to_run_first(
         moved = processor_block(emu, "openai")
         moved["base_url"] = moved["base_url"].replace("127.0.0.1", "localhost")
         changed = make_config(tmp_path, emu, processor=moved)
-        assert batch_merge(changed, str(tmp_path / "m.jsonl"), receipt_files(changed)) == 1
+        assert (
+            batch_merge(changed, str(tmp_path / "m.jsonl"), receipt_files(RunDir.of(changed))) == 1
+        )
         err = capsys.readouterr().err
         assert "earlier configuration, to another provider or base_url" in err, err
         assert "run 'mmirage run CONFIG' first" in err
         run_all(changed)
-        assert batch_merge(changed, str(tmp_path / "m.jsonl"), receipt_files(changed)) == 0
+        assert (
+            batch_merge(changed, str(tmp_path / "m.jsonl"), receipt_files(RunDir.of(changed))) == 0
+        )
     rows = read_jsonl(tmp_path / "m.jsonl")
     assert sum(r["__errors__"] is not None for r in rows) == 1  # the row with no question
     assert "40 succeeded" in capsys.readouterr().out  # answered at the new base_url
@@ -339,7 +343,7 @@ def test_retry_with_nothing_to_do(
         assert batch_retry(config) == 0
         assert emu.stats()["batches"] == before
     assert "nothing to resubmit" in capsys.readouterr().out
-    assert (pipeline_state_dir(config) / "batch" / "results.sqlite").is_file()
+    assert (RunDir.of(config).state / "batch" / "results.sqlite").is_file()
 
 
 def test_retry_reports_request_lines_that_are_gone(

@@ -21,7 +21,6 @@ from mmirage.core.process.batch.collector import (
     open_store,
     receipt_files,
     scan_receipts,
-    store_path,
 )
 from mmirage.core.process.batch.resubmit import retry_failed
 from mmirage.core.process.batch.results_store import (
@@ -36,6 +35,7 @@ from mmirage.core.process.batch.results_store import (
     ResultsStore,
 )
 from mmirage.core.shard.runner import run_shard
+from mmirage.rundir import RunDir
 from provider_emulator import EmulatorConfig, running_emulator
 
 KEY = "sk-collector-secret-4242"
@@ -160,8 +160,8 @@ def merge(config: MMirageConfig, output: Path, paths: tuple[str, ...] = ()) -> M
     from mmirage.core.process.batch.collector import AdapterPool
     from mmirage.core.process.batch.fetching import fetch_terminal
 
-    with open_store(config) as store:
-        scan = scan_receipts(receipt_files(config, paths), store)
+    with open_store(RunDir.of(config)) as store:
+        scan = scan_receipts(receipt_files(RunDir.of(config), paths), store)
         fetch_terminal(store, AdapterPool(config), scan.records)
         return write_merged(config, store, output)
 
@@ -178,7 +178,7 @@ def scan_lines(config: MMirageConfig) -> list[dict[str, Any]]:
     """The lines of the receipt files (not of the chunk markers that back them up)."""
     return [
         orjson.loads(line)
-        for p in receipt_files(config)
+        for p in receipt_files(RunDir.of(config))
         if not p.endswith(".done")
         for line in Path(p).read_bytes().splitlines()
     ]
@@ -308,7 +308,7 @@ def test_a_terminal_batch_is_downloaded_once(
     merge(config, tmp_path / "two.jsonl")
     assert len(calls) == len(batches)  # nothing downloaded again
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
-    assert store_path(config).is_file()
+    assert RunDir.of(config).results_store.is_file()
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
@@ -324,7 +324,7 @@ def test_faults_are_reported_then_retry_completes_them(
         first = merge(config, tmp_path / "merged.jsonl")
         assert first.requests[FAILED] and first.requests[EXPIRED], first.requests
         assert first.requests[RUNNING] == 0
-        with ResultsStore(store_path(config)) as store:
+        with ResultsStore(RunDir.of(config).results_store) as store:
             words = [(b.status, (b.provider_status or "").lower()) for b in store.batches()]
         if provider == "openai":  # Anthropic ends such batches, reporting each request
             assert ("failed", "expired") in words and ("failed", "failed") in words
@@ -341,7 +341,7 @@ def test_faults_are_reported_then_retry_completes_them(
         totals = first
         for _ in range(10):
             unsettled = sum(totals.requests[s] for s in (FAILED, EXPIRED, CANCELED, MISSING))
-            report = retry_failed(config)
+            report = retry_failed(config, RunDir.of(config))
             assert report.resubmitted == unsettled  # exactly the ones that did not succeed
             totals = merge(config, tmp_path / "merged.jsonl")
             if settled(totals):
@@ -357,7 +357,7 @@ def test_faults_are_reported_then_retry_completes_them(
             for cid in r["custom_id_to_source_index"]
         ]
         assert first_ok and retried and not first_ok & set(retried)
-        assert retry_failed(config).resubmitted == 0
+        assert retry_failed(config, RunDir.of(config)).resubmitted == 0
 
 
 def _succeeded_ids(config: MMirageConfig, rows: list[dict[str, Any]]) -> set[str]:
@@ -375,14 +375,14 @@ def test_only_retryable_leaves_final_failures(keys: None, tmp_path: Path) -> Non
         config = make_config(tmp_path, emu)
         run_all(config)
         merge(config, tmp_path / "merged.jsonl")
-        with ResultsStore(store_path(config)) as store:
+        with ResultsStore(RunDir.of(config).results_store) as store:
             failures = list(store.failed_requests())
             retryable = list(store.failed_requests(only_retryable=True))
         assert len(retryable) < len(failures)  # the emulator's invalid requests are final
-        report = retry_failed(config, only_retryable=True)
+        report = retry_failed(config, RunDir.of(config), only_retryable=True)
         assert report.resubmitted == len(retryable)
         # The plain retry takes the final ones too (and whatever failed again meanwhile).
-        assert retry_failed(config).resubmitted >= len(failures) - len(retryable)
+        assert retry_failed(config, RunDir.of(config)).resubmitted >= len(failures) - len(retryable)
 
 
 # -- the results store ------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from batch_spec_support import (
 from mmirage.cli.batch_mode import batch_merge, batch_retry
 from mmirage.core.process.batch import fetching
 from mmirage.core.process.batch.collector import open_store
+from mmirage.rundir import RunDir
 from provider_emulator import EmulatorConfig, running_emulator
 from provider_emulator.runner import EmulatorHandle
 from test_batch_collector import ENV, SIZES, config_data, make_config, run_all
@@ -186,7 +187,7 @@ def test_a_download_still_damaged_after_the_retries_is_not_stored(
         captured = capsys.readouterr()
         (error,) = [line for line in captured.err.splitlines() if line.startswith("error: ")]
         assert "rerun merge to download it again" in error and "nothing of it was stored" in error
-        with open_store(config) as store:
+        with open_store(RunDir.of(config)) as store:
             assert sum(not b.fetched for b in store.batches()) == 1
         # retry downloads that batch again (whole now) and finds nothing to resubmit.
         assert batch_retry(config) == 0

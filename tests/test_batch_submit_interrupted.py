@@ -289,6 +289,7 @@ def test_a_retry_receipt_lost_to_a_full_disk_is_printed_and_its_batch_adopted(
     from mmirage.core.process.batch import intents
     from mmirage.core.process.batch.resubmit import retry_failed
     from mmirage.core.shard import run_shard
+    from mmirage.rundir import RunDir
 
     with running_emulator(EmulatorConfig(seed=14, batch_delay_s=BATCH_DELAY_S)) as emu:
         config = load_mmirage_config(pipeline(tmp_path, emu, "openai", rows=200))
@@ -300,11 +301,11 @@ def test_a_retry_receipt_lost_to_a_full_disk_is_printed_and_its_batch_adopted(
             disk.setattr(intents, "_write_whole", no_space)
             disk.setattr(intents, "append_receipt", no_space)
             with pytest.raises(OSError):
-                retry_failed(config)
+                retry_failed(config, RunDir.of(config))
         err = capfd.readouterr().err
         assert err.count("was created but its receipt could not be written") == 1
         assert batches_created(emu, "openai") == created + 1 and KEY not in err
-        report = retry_failed(config)
+        report = retry_failed(config, RunDir.of(config))
         adopted = [r for r in caplog.records if "adopted" in r.getMessage()]
         assert len(adopted) == 1
         assert len(report.new_batches) == batches_created(emu, "openai") - created - 1

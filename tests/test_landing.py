@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from mmirage.core.shard import landing, run_shard, runner, status_path
+from mmirage.core.shard import landing, run_shard, runner
 from mmirage.core.shard.output import ShardOutput
 from mmirage.core.shard.state import read_status
+from mmirage.rundir import RunDir
 from test_shard_runner import ONE_OUTPUT, FakeProcessor, make_config, procs, published
 
 
@@ -60,7 +61,7 @@ def test_a_failed_run_checkpoints_what_landed_and_its_status_counts_it(
     with pytest.raises(RuntimeError, match="provider went away"):
         run_shard(config, 0, processors=procs(FakeProcessor(raise_on_call=4)))
     assert written == [2, 6]  # the first group, then the two that landed after it
-    status = read_status(status_path(config, 0))
+    status = read_status(RunDir.of(config).status_path(0))
     assert status is not None and (status["status"], status["rows_done"]) == ("failed", 6)
 
     again = FakeProcessor()
@@ -84,5 +85,5 @@ def test_a_signal_while_processors_close_leaves_a_published_shard_a_success(
     config = make_config(tmp_path, **ONE_OUTPUT)
     with pytest.raises(SystemExit):
         run_shard(config, 0)
-    status = read_status(status_path(config, 0))
+    status = read_status(RunDir.of(config).status_path(0))
     assert status is not None and (status["status"], status["rows_done"]) == ("success", 10)

@@ -24,6 +24,7 @@ from mmirage.core.merge.shards import (
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor
 from mmirage.core.shard import run_shard
 from mmirage.core.writer.formats import infer_schema, write_dataset
+from mmirage.rundir import RunDir
 
 ROWS = 7
 SHARDS = 3
@@ -233,7 +234,7 @@ def test_cli_stats(built: tuple[MMirageConfig, Path]) -> None:
     result = mmirage("stats", str(path))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report == json.loads(json.dumps(stats_report(config), default=str))
+    assert report == json.loads(json.dumps(stats_report(config, RunDir.of(config)), default=str))
     agg = report["aggregate"]
     assert agg["total_shards"] == agg["completed_shards"] == agg["published_shards"] == SHARDS
     assert agg["total_rows_processed"] == agg["total_rows"] == ROWS

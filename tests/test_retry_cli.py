@@ -252,11 +252,12 @@ def test_kill_resume_sequence_keeps_counters_consistent(tmp_path: Path) -> None:
 
 def test_a_shard_held_elsewhere_does_not_stop_the_others(tmp_path: Path) -> None:
     from mmirage.config import load_mmirage_config
-    from mmirage.core.shard.state import shard_lock, status_path
+    from mmirage.core.shard.state import shard_lock
+    from mmirage.rundir import RunDir
 
     config = cli_config(tmp_path, num_shards=3)
     cfg = load_mmirage_config(config)
-    with shard_lock(status_path(cfg, 0).parent / "lock", 0):  # "another process" runs shard 0
+    with shard_lock(RunDir.of(cfg).shard_lock_path(0), 0):  # "another process" runs shard 0
         ran = mmirage("run", str(config))
     assert ran.returncode == 1
     lines = ran.stderr.splitlines()

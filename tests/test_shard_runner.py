@@ -18,8 +18,9 @@ import pytest
 from mmirage.config import load_mmirage_config_dict
 from mmirage.config.models import MMirageConfig
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor
-from mmirage.core.shard import ShardConflictError, run_shard, shard_state, status_path
+from mmirage.core.shard import ShardConflictError, run_shard, shard_state
 from mmirage.core.shard.state import atomic_write_json, read_status
+from mmirage.rundir import RunDir
 
 ROWS = 10
 MISSING_TEXT = 4  # this row has no "text": a RowError for that row only
@@ -173,7 +174,7 @@ def test_resume_after_interruption_never_resends_a_row(tmp_path: Path) -> None:
     crashing = FakeProcessor(raise_on_call=3)  # one output: one call per batch
     with pytest.raises(RuntimeError, match="provider went away"):
         run_shard(config, 0, processors=procs(crashing))
-    status = read_status(status_path(config, 0))
+    status = read_status(RunDir.of(config).status_path(0))
     assert status is not None
     assert status["status"] == "failed" and status["error"] == "RuntimeError: provider went away"
     assert status["rows_done"] == 4 and status["attempts"] == 1
@@ -191,7 +192,7 @@ def test_resume_after_interruption_never_resends_a_row(tmp_path: Path) -> None:
     fresh = make_config(tmp_path / "fresh", batch_size=2, **ONE_OUTPUT)
     run_shard(fresh, 0, processors=procs(FakeProcessor()))
     assert published(config) == published(fresh)
-    status = read_status(status_path(config, 0))
+    status = read_status(RunDir.of(config).status_path(0))
     assert status is not None and status["attempts"] == 2 and status["retry_count"] == 1
 
 
@@ -215,7 +216,7 @@ def test_a_finished_shard_is_skipped_unless_forced(tmp_path: Path) -> None:
 def test_status_json(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     run_shard(config, 0, processors=procs(FakeProcessor(fail_keys=["0::1"])))
-    path = status_path(config, 0)
+    path = RunDir.of(config).status_path(0)
     assert path.parent.name == "shard_0" and path.is_relative_to(tmp_path / "state")
     s = read_status(path)
     assert s is not None
@@ -232,7 +233,7 @@ def test_status_json(tmp_path: Path) -> None:
 
 def test_stale_running_and_exhausted_states(tmp_path: Path) -> None:
     config = make_config(tmp_path)
-    path = status_path(config, 0)
+    path = RunDir.of(config).status_path(0)
     old = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
     live = {"status": "running", "heartbeat": datetime.now(UTC).isoformat(), "pid": os.getpid()}
     assert shard_state({"status": "running", "heartbeat": old}, 3) == "stale"
@@ -451,7 +452,7 @@ def test_cli_retries_exactly_max_retries(
     with pytest.raises(MmirageError, match=re.escape(message)) as err:
         result.conclude()
     assert exit_code_for(err.value) == 1
-    assert (read_status(status_path(config, 0)) or {})["attempts"] == attempts
+    assert (read_status(RunDir.of(config).status_path(0)) or {})["attempts"] == attempts
 
 
 def test_a_shard_already_being_run_is_refused(tmp_path: Path) -> None:
@@ -459,7 +460,7 @@ def test_a_shard_already_being_run_is_refused(tmp_path: Path) -> None:
 
     config = make_config(tmp_path)
     fake = FakeProcessor()
-    held = shard_lock(status_path(config, 0).parent / "lock", 0)  # another run holds it
+    held = shard_lock(RunDir.of(config).shard_lock_path(0), 0)  # another run holds it
     with held, pytest.raises(ShardConflictError, match="being run by another process"):
         run_shard(config, 0, processors=procs(fake))
     assert fake.calls == []  # nothing was paid for twice

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from llm_kit.batch.job import BatchJob
+import os
+from typing import Any, Protocol
 
 
 class LLMKitError(Exception):
@@ -81,10 +79,25 @@ class OrphanBatchUnclearError(LLMKitError):
     name their requests."""
 
 
-class BatchSubmitError(LLMKitError):
-    """Some batches of a job were created before a failure; ``job`` holds them."""
+class SavableJob(Protocol):
+    """What ``BatchSubmitError.job`` offers: ``llm_kit.batch.BatchJob`` is one. Described here
+    so that the exceptions import nothing above them (the job module raises them)."""
 
-    def __init__(self, message: str, job: BatchJob) -> None:
+    @property
+    def batch_ids(self) -> list[str]:
+        """The provider batch ids created so far."""
+        ...
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the handle, to poll, fetch or resubmit from another process."""
+        ...
+
+
+class BatchSubmitError(LLMKitError):
+    """Some batches of a job were created before a failure; ``job`` holds them (the
+    ``llm_kit.batch.BatchJob`` that ``submit_batch`` was making)."""
+
+    def __init__(self, message: str, job: SavableJob) -> None:
         super().__init__(message)
         self.job = job
 

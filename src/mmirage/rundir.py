@@ -2,19 +2,23 @@
 
 Every module that reads or writes the run's files takes its paths, identities and column
 names from here, so the layout is stated once. This module imports no other mmirage module
-(the config type only for annotations): anything may import it.
+(the config type only for annotations): anything may import it. A command builds the run
+value ``RunDir.of(config)`` once (the pipeline id and fingerprint are digests of the config)
+and hands it down.
 
 Layout, under ``loading_params.state_dir``::
 
-    <pipeline id>/                       pipeline_dir
+    <pipeline id>/                       RunDir.state
         shard_<k>/status.json            status_path (lifecycle: core/shard/state.py)
         shard_<k>/lock                   shard_lock_path: held while a run has the shard
         batch/<processor>/shard-<k>-of-<n>/   batch spools of a batch_api processor
         batch/results.sqlite             the results store merge reads
         batch/retry.lock                 one batch resubmission at a time
+        batch_metadata.<modality>.<run id>.jsonl   receipts, without a metadata_output_path
         answers/shard-<k>-of-<n>.log     answers_dir: every answer the shard paid for, as it
         answers/shard-<k>-of-<n>.sqlite  came (log), folded into an index by the next run
         batch-dry-run/...                the spools of a --dry-run
+        slurm/                           job scripts and submissions (mode: slurm)
 
 Under each dataset's ``output_dir``::
 
@@ -169,51 +173,79 @@ def fingerprint(config: MMirageConfig) -> str:
     )
 
 
-# -- paths under state_dir -------------------------------------------------------------------
+# -- the run value: one pipeline's identity and paths under state_dir -----------------------
 
 
-def pipeline_dir(config: MMirageConfig) -> Path:
-    """``<state_dir>/<pipeline id>``: this pipeline's state folder."""
-    state_dir = config.loading_params.state_dir or "."
-    return Path(os.path.expanduser(state_dir)) / pipeline_id(config)
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """One pipeline's identity and the files under its state folder, worked out once per
+    command from the config (``RunDir.of``) and handed down: code below ``cli/`` that needs a
+    path or the pipeline's identity takes this value, not the config."""
 
+    state: Path  # ``<state_dir>/<pipeline id>``
+    pipeline_id: str
+    fingerprint: str
+    num_shards: int
+    # Each batch_api processor's receipt base (``metadata_output_path`` less ``.jsonl``, or
+    # ``<state>/batch_metadata``: a receipt must always land somewhere), by processor key.
+    receipt_bases: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
-def shard_dir(config: MMirageConfig, shard_id: int) -> Path:
-    return pipeline_dir(config) / f"shard_{shard_id}"
+    @classmethod
+    def of(cls, config: MMirageConfig) -> RunDir:
+        lp = config.loading_params
+        pid = pipeline_id(config)
+        state = Path(os.path.expanduser(lp.state_dir or ".")) / pid
+        bases = {}
+        for processor in config.processors:
+            provider = getattr(processor, "provider_config", None)
+            if provider is not None:  # a batch_api processor
+                base = provider.metadata_output_path or str(state / "batch_metadata.jsonl")
+                key = processor.name or processor.type
+                bases[key] = os.path.expanduser(base).removesuffix(".jsonl")
+        return cls(state, pid, fingerprint(config), lp.num_shards, bases)
 
+    def shard_name(self, shard_id: int) -> str:
+        return shard_name(shard_id, self.num_shards)
 
-def status_path(config: MMirageConfig, shard_id: int) -> Path:
-    return shard_dir(config, shard_id) / "status.json"
+    def shard_dir(self, shard_id: int) -> Path:
+        return self.state / f"shard_{shard_id}"
 
+    def status_path(self, shard_id: int) -> Path:
+        return self.shard_dir(shard_id) / "status.json"
 
-def shard_lock_path(config: MMirageConfig, shard_id: int) -> Path:
-    """The lock one run of a shard holds (``core/shard/state.shard_lock``)."""
-    return shard_dir(config, shard_id) / "lock"
+    def shard_lock_path(self, shard_id: int) -> Path:
+        """The lock one run of a shard holds (``core/shard/state.shard_lock``)."""
+        return self.shard_dir(shard_id) / "lock"
 
+    @property
+    def answers_dir(self) -> Path:
+        """Where each shard keeps every answer it paid for (``core/shard/answers.py``)."""
+        return self.state / "answers"
 
-def batch_dir(state_dir: str | Path, *, dry_run: bool = False) -> Path:
-    """Where batch_api processors keep spools and receipts, under a pipeline's state folder."""
-    return Path(state_dir) / ("batch-dry-run" if dry_run else "batch")
+    @property
+    def slurm_dir(self) -> Path:
+        """Job scripts and the record of every submission (``executors/slurm.py``)."""
+        return self.state / "slurm"
 
+    def batch_dir(self, *, dry_run: bool = False) -> Path:
+        """Where batch_api processors keep spools, markers and the results store."""
+        return self.state / ("batch-dry-run" if dry_run else "batch")
 
-def batch_spool_dir(
-    state_dir: str | Path, processor: str, shard_id: int, num_shards: int, *, dry_run: bool
-) -> Path:
-    """One batch_api processor's spools for one shard."""
-    return batch_dir(state_dir, dry_run=dry_run) / processor / shard_name(shard_id, num_shards)
+    def batch_spool_dir(self, processor: str, shard_id: int, *, dry_run: bool) -> Path:
+        """One batch_api processor's spools for one shard."""
+        return self.batch_dir(dry_run=dry_run) / processor / self.shard_name(shard_id)
 
+    @property
+    def results_store(self) -> Path:
+        return self.batch_dir() / "results.sqlite"
 
-def results_store_path(config: MMirageConfig) -> Path:
-    return batch_dir(pipeline_dir(config)) / "results.sqlite"
+    @property
+    def retry_lock(self) -> Path:
+        return self.batch_dir() / "retry.lock"
 
-
-def answers_dir(config: MMirageConfig) -> Path:
-    """Where each shard keeps every answer it paid for (``core/shard/answers.py``)."""
-    return pipeline_dir(config) / "answers"
-
-
-def retry_lock_path(config: MMirageConfig) -> Path:
-    return batch_dir(pipeline_dir(config)) / "retry.lock"
+    def receipt_base(self, processor: str) -> str:
+        """Where ``processor``'s receipts go: ``<base>.<modality>.<run_id>.jsonl``."""
+        return self.receipt_bases.get(processor) or str(self.state / "batch_metadata")
 
 
 # -- paths under a dataset's output_dir ------------------------------------------------------
@@ -245,24 +277,16 @@ __all__ = [
     "ROW_KEY",
     "USAGE",
     "VARS",
-    "answers_dir",
+    "RunDir",
     "atomic_write_json",
-    "batch_dir",
-    "batch_spool_dir",
     "checkpoint_path",
     "fingerprint",
     "now_iso",
     "parse_iso",
     "part_path",
-    "pipeline_dir",
     "pipeline_id",
     "plain_config",
     "published_path",
     "results_relevant",
-    "results_store_path",
-    "retry_lock_path",
-    "shard_dir",
-    "shard_lock_path",
     "shard_name",
-    "status_path",
 ]

@@ -57,6 +57,7 @@ from mmirage.core.process.batch.results_store import (
 )
 from mmirage.core.process.batch.results_store import FAILED as REQUEST_FAILED
 from mmirage.errors import WorkFailed
+from mmirage.rundir import RunDir
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -103,9 +104,11 @@ def batch_check(
     """Report each provider batch's status, then the per-provider summary block."""
 
     def work() -> int:
-        paths = receipt_files(config, metadata_paths, str(config_path) if config_path else None)
+        run_dir = RunDir.of(config)
+        paths = receipt_files(run_dir, metadata_paths, str(config_path or config.config_path))
         # Receipts named by hand are checked whatever made them; found ones must be ours.
-        scan = scan_receipts(paths, only=None if metadata_paths else pipeline_key(config))
+        key = None if metadata_paths else pipeline_key(run_dir, config)
+        scan = scan_receipts(paths, only=key)
         require_batches(scan, paths)
         pool = AdapterPool(config)
         pool.check_providers(scan.records)
@@ -208,9 +211,10 @@ def batch_merge(
     file, written atomically) and print the run totals."""
 
     def work() -> int:
-        paths = receipt_files(config, metadata_paths)
-        with open_store(config) as store:
-            scan = scan_receipts(paths, store, only=pipeline_key(config))
+        run_dir = RunDir.of(config)
+        paths = receipt_files(run_dir, metadata_paths, str(config.config_path))
+        with open_store(run_dir) as store:
+            scan = scan_receipts(paths, store, only=pipeline_key(run_dir, config))
             require_batches(scan, paths)
             pool = AdapterPool(config)
             pool.check_providers(scan.records)
@@ -218,7 +222,7 @@ def batch_merge(
         statuses = None
         if wait:  # with the store let go: another merge need not wait hours for this one
             statuses = _wait(pool, todo, config.execution_params.poll_interval_seconds)
-        with open_store(config) as store:  # opened again: what another merge did meanwhile
+        with open_store(run_dir) as store:  # opened again: what another merge did meanwhile
             fetch = fetch_terminal(store, pool, scan.records, statuses)
             totals = write_merged(config, store, output_path)
         for message in fetch.errors:
@@ -309,7 +313,7 @@ def batch_retry(config: MMirageConfig, only_retryable: bool = False) -> int:
     """Resubmit the requests whose latest outcome is failed, expired, canceled or missing."""
 
     def work() -> int:
-        report = retry_failed(config, only_retryable=only_retryable)
+        report = retry_failed(config, RunDir.of(config), only_retryable=only_retryable)
         for message in [*report.fetch.errors, *report.lost]:
             _error(message)
         if report.resubmitted:

@@ -125,7 +125,8 @@ def stats(config: Path | None, config_option: Path | None) -> None:
     CONFIG is the pipeline's YAML file (or give it as --config CONFIG).
     """
     from mmirage.core.merge.shards import stats_report
+    from mmirage.rundir import RunDir
 
     with exit_on_errors():
         cfg = load(config_path(config, config_option))
-    click.echo(json.dumps(stats_report(cfg), indent=2, default=str))
+    click.echo(json.dumps(stats_report(cfg, RunDir.of(cfg)), indent=2, default=str))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import keyword
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-if TYPE_CHECKING:
-    from mmirage.config.output_schema import SchemaField
+from mmirage.config.schema_field import SchemaField
 
 _PY_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmirage.config.errors import FieldError
+from mmirage.config.schema_field import SchemaField, object_schema
+
+__all__ = ["OutputSchema", "SchemaField", "parse_output_schema"]
 
 _SCALARS = {
     "str": "str",
@@ -32,14 +35,6 @@ _SCALARS = {
     "boolean": "bool",
 }
 _CONTAINERS = {"object": "object", "dict": "object", "list": "list", "array": "list"}
-_JSON_TYPES = {
-    "str": "string",
-    "int": "integer",
-    "float": "number",
-    "bool": "boolean",
-    "object": "object",
-    "list": "array",
-}
 _ALLOWED_KEYS = {
     "str": {"type", "description", "enum"},
     "bool": {"type", "description"},
@@ -53,42 +48,6 @@ _LIST_OF = re.compile(r"^(?:list|array)\[(.+)\]$")
 
 
 @dataclass(frozen=True)
-class SchemaField:
-    """One field of a JSON answer (``name`` is ``""`` for a list's items)."""
-
-    name: str
-    type: str  # str | int | float | bool | object | list
-    minimum: int | float | None = None
-    maximum: int | float | None = None
-    description: str | None = None
-    properties: tuple[SchemaField, ...] = ()
-    items: SchemaField | None = None
-    min_items: int | None = None
-    max_items: int | None = None
-    choices: tuple[str, ...] = ()
-
-    def json_schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": _JSON_TYPES[self.type]}
-        if self.description:
-            out["description"] = self.description
-        if self.choices:
-            out["enum"] = list(self.choices)
-        if self.minimum is not None:
-            out["minimum"] = self.minimum
-        if self.maximum is not None:
-            out["maximum"] = self.maximum
-        if self.type == "object":
-            out.update(_object_schema(self.properties))
-        if self.items is not None:
-            out["items"] = self.items.json_schema()
-        if self.min_items is not None:
-            out["minItems"] = self.min_items
-        if self.max_items is not None:
-            out["maxItems"] = self.max_items
-        return out
-
-
-@dataclass(frozen=True)
 class OutputSchema:
     """The parsed ``output_schema`` of one JSON output."""
 
@@ -99,7 +58,7 @@ class OutputSchema:
         return [f.name for f in self.fields]
 
     def json_schema(self) -> dict[str, Any]:
-        return {"type": "object", **_object_schema(self.fields)}
+        return {"type": "object", **object_schema(self.fields)}
 
     def pydantic_model(self, name: str = "OutputSchema") -> type[Any]:
         from mmirage.config.output_model import build_model  # pydantic only when needed
@@ -108,14 +67,6 @@ class OutputSchema:
 
     def __bool__(self) -> bool:
         return bool(self.fields)
-
-
-def _object_schema(fields: tuple[SchemaField, ...]) -> dict[str, Any]:
-    return {
-        "properties": {f.name: f.json_schema() for f in fields},
-        "required": [f.name for f in fields],
-        "additionalProperties": False,
-    }
 
 
 def parse_output_schema(raw: Any, output_name: str) -> OutputSchema:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mmirage.rundir import RunDir
+
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
     from mmirage.executors.outcome import RunResult
@@ -62,6 +64,7 @@ class Executor(ABC):
         self.cfg = cfg
         self.config_path = config_path
         self.run_id = run_id
+        self.run_dir = RunDir.of(cfg)  # once for the whole command
 
     @abstractmethod
     def run(self, request: RunRequest) -> RunResult:

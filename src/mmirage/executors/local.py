@@ -17,6 +17,7 @@ from mmirage.errors import UserError, WorkFailed
 from mmirage.executors.base import Executor, RunPlan, RunRequest, summary
 from mmirage.executors.outcome import RunResult, ShardOutcome, conclude, describe, stats_json
 from mmirage.executors.signals import die_with_parent, stop_on_signals
+from mmirage.rundir import RunDir
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -25,37 +26,36 @@ if TYPE_CHECKING:
 RunShard = Callable[..., "ShardReport"]  # mmirage.core.shard.run_shard's signature
 
 
-def check_dirs(cfg: MMirageConfig) -> None:
+def check_dirs(cfg: MMirageConfig, run_dir: RunDir) -> None:
     """Every key and directory the run needs, before any shard starts (``UserError``)."""
     from mmirage.core.process.preflight import check_credentials
-    from mmirage.core.shard.state import ensure_writable_dir, shard_dir
+    from mmirage.core.shard.state import ensure_writable_dir
 
     check_credentials(cfg)
 
     lp = cfg.loading_params
-    ensure_writable_dir(shard_dir(cfg, 0).parent, "loading_params.state_dir")
+    ensure_writable_dir(run_dir.state, "loading_params.state_dir")
     for index, ds in enumerate(lp.datasets):
         where = f"loading_params.datasets[{index}].output_dir"
         ensure_writable_dir(Path(os.path.expanduser(ds.output_dir)) / ".parts", where)
     if cfg.uses_batch_api:
         # Receipts are written after the provider accepted a batch: their folder must be
         # usable before anything is sent.
-        from mmirage.core.process.batch.receipts import batch_processors, receipt_base
-
-        state = str(shard_dir(cfg, 0).parent)
-        for index, processor in enumerate(batch_processors(cfg)):
-            base = Path(receipt_base(processor.provider_config, state))
-            ensure_writable_dir(base.parent, f"processors[{index}].metadata_output_path")
+        for index, processor in enumerate(cfg.processors):
+            if (key := processor.name or processor.type) in run_dir.receipt_bases:
+                base = Path(run_dir.receipt_base(key))
+                ensure_writable_dir(base.parent, f"processors[{index}].metadata_output_path")
 
 
-def _attempts(cfg: MMirageConfig, shard_id: int) -> int:
-    from mmirage.core.shard.state import read_status, status_path
+def _attempts(run_dir: RunDir, shard_id: int) -> int:
+    from mmirage.core.shard.state import read_status
 
-    return int((read_status(status_path(cfg, shard_id)) or {}).get("attempts") or 0)
+    return int((read_status(run_dir.status_path(shard_id)) or {}).get("attempts") or 0)
 
 
 def run_one(
     cfg: MMirageConfig,
+    run_dir: RunDir,
     shard_id: int,
     plan: RunPlan,
     run_id: str,
@@ -66,22 +66,21 @@ def run_one(
     (``UserError``, a missing key) ends the run."""
     from llm_kit.errors import ConfigError as KitConfigError
     from mmirage.core.shard import run_shard as default_run_shard
-    from mmirage.core.shard import shard_state, status_path
+    from mmirage.core.shard import shard_state
     from mmirage.core.shard.state import (
         EXHAUSTED,
         ShardConflictError,
         ensure_writable_dir,
         read_status,
-        shard_dir,
     )
 
     n, max_retries = cfg.loading_params.num_shards, cfg.execution_params.max_retries
     name = f"shard {shard_id}/{n}"
-    state = shard_state(read_status(status_path(cfg, shard_id)), max_retries)
+    state = shard_state(read_status(run_dir.status_path(shard_id)), max_retries)
     if plan.retry and state == EXHAUSTED and not plan.force_retry:
         click.echo(f"{name}: out of retries; rerun with --force-retry", err=True)
         return ShardOutcome(shard_id, problem="out of retries")
-    ensure_writable_dir(shard_dir(cfg, shard_id), "loading_params.state_dir")
+    ensure_writable_dir(run_dir.shard_dir(shard_id), "loading_params.state_dir")
     run_shard = run_shard or default_run_shard
     force, reset, fresh = plan.recompute, plan.force_retry, plan.fresh
     tries = 0
@@ -97,6 +96,7 @@ def run_one(
                 retry_rows=plan.retry_rows,
                 run_id=run_id,
                 export_prompts=plan.export_prompts,
+                run_dir=run_dir,
             )
         except (UserError, KitConfigError):
             raise  # retrying cannot fix it
@@ -106,7 +106,7 @@ def run_one(
         except Exception as exc:
             if logging.getLogger().isEnabledFor(logging.DEBUG):
                 logging.getLogger(__name__).exception("%s failed", name)
-            attempts = _attempts(cfg, shard_id)
+            attempts = _attempts(run_dir, shard_id)
             # A retry resumes from the checkpoint, and takes what the failed attempt bought.
             force = reset = fresh = False
             # `tries` bounds the loop even when the shard failed before it could count an
@@ -151,7 +151,7 @@ class LocalExecutor(Executor):
         if request.plan.export_prompts is not None:
             outcomes = self._export(shards, request.plan)
             return RunResult(False, shards, lambda: self._conclude(outcomes, request.stats))
-        check_dirs(self.cfg)
+        check_dirs(self.cfg, self.run_dir)
         outcomes = self.run_shards(shards, request.plan, "run")
         finished = all(o.ok for o in outcomes)
         return RunResult(finished, shards, lambda: self._conclude(outcomes, request.stats))
@@ -163,7 +163,9 @@ class LocalExecutor(Executor):
         n = self.cfg.loading_params.num_shards
 
         def states() -> dict[int, str]:
-            return {k: shard_health(self.cfg, k, self.config_path).state for k in range(n)}
+            return {
+                k: shard_health(self.cfg, self.run_dir, k, self.config_path).state for k in range(n)
+            }
 
         before = states()
         chosen = shards if shards is not None else list(range(n))
@@ -176,7 +178,7 @@ class LocalExecutor(Executor):
         self._as_shard_process()
         outcomes: list[ShardOutcome] = []
         if todo:
-            check_dirs(self.cfg)
+            check_dirs(self.cfg, self.run_dir)
             outcomes = self.run_shards(todo, RunPlan(retry=True, retry_rows=True), "retry")
         after = states()
         report: dict[str, object] = dict(summary([after[k] for k in chosen]))
@@ -200,7 +202,7 @@ class LocalExecutor(Executor):
             raise UserError(
                 "--retry resubmits SLURM tasks (mode: slurm); here run 'mmirage retry CONFIG'"
             )
-        return check_table(self.cfg, self.config_path)
+        return check_table(self.cfg, self.run_dir, self.config_path)
 
     def run_shards(self, shards: list[int], plan: RunPlan, command: str) -> list[ShardOutcome]:
         """``shards`` one after another, or ``local_parallel_shards`` at a time as children
@@ -208,12 +210,16 @@ class LocalExecutor(Executor):
         ep = self.cfg.execution_params
         width = ep.local_parallel_shards if ep.mode == "local" else 1
         if width <= 1 or len(shards) <= 1:
-            return [run_one(self.cfg, k, plan, self.run_id, self._run_shard) for k in shards]
+            return [
+                run_one(self.cfg, self.run_dir, k, plan, self.run_id, self._run_shard)
+                for k in shards
+            ]
         from mmirage.executors.parallel import ParallelRun  # only for child processes
 
         extra = plan.flags()
         parallel = ParallelRun(
             self.cfg,
+            self.run_dir,
             self.config_path,
             command,
             extra,
@@ -246,9 +252,12 @@ class LocalExecutor(Executor):
         target = export_file(export_path, self.run_id)
         check_dry_run_allowed(self.cfg, target, export_path)
         with tempfile.TemporaryDirectory(prefix="mmirage-dry-run-") as tmp:
-            dry = dry_run_config(self.cfg, Path(tmp))
+            dry = dry_run_config(self.cfg, self.run_dir, Path(tmp))
+            dry_dir = RunDir.of(dry)
             plan = replace(plan, retry=False)
-            outcomes = [run_one(dry, k, plan, self.run_id, self._run_shard) for k in shards]
+            outcomes = [
+                run_one(dry, dry_dir, k, plan, self.run_id, self._run_shard) for k in shards
+            ]
         if all(o.ok for o in outcomes):
             click.echo(f"exported the requests to {target}", err=True)
         return outcomes

@@ -13,6 +13,7 @@ from mmirage.executors.console import print_table
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
+    from mmirage.rundir import RunDir
 
 CHECK_HEADER = ("SHARD", "STATUS", "ATTEMPTS", "ROWS", "FAILED", "HEARTBEAT", "ERROR")
 
@@ -44,7 +45,7 @@ def _check_row(shard_id: int, state: str, status: Mapping[str, Any], budget: int
     ]
 
 
-def check_table(cfg: MMirageConfig, path: Path) -> int:
+def check_table(cfg: MMirageConfig, run_dir: RunDir, path: Path) -> int:
     """Print the table, the summary and the shards' notes; 0 only when all succeeded."""
     from mmirage.core.shard.health import shard_health
     from mmirage.core.shard.report import failed_summary
@@ -56,7 +57,7 @@ def check_table(cfg: MMirageConfig, path: Path) -> int:
     rows = failed = retryable = 0
     notes: list[str] = []  # in full: the table cuts long errors
     for k in range(n):
-        health = shard_health(cfg, k, path)
+        health = shard_health(cfg, run_dir, k, path)
         counts[health.state] = counts.get(health.state, 0) + 1
         lines.append(_check_row(k, health.state, health.status, max_retries + 1))
         rows += int(health.status.get("rows_done") or 0)

@@ -39,6 +39,7 @@ from mmirage.executors.signals import (
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
+    from mmirage.rundir import RunDir
 
 # How long stopped children get, past their drain, to record "interrupted" (closing their
 # processors: a launched server takes seconds) before SIGKILL.
@@ -59,6 +60,7 @@ class ParallelRun:
     def __init__(
         self,
         cfg: MMirageConfig,
+        run_dir: RunDir,
         config_path: Path,
         command: str,
         extra: list[str],
@@ -68,6 +70,7 @@ class ParallelRun:
         handle_signals: bool = True,
     ) -> None:
         self.cfg = cfg
+        self.run_dir = run_dir
         self.handle_signals = handle_signals  # False: an embedding program's handlers stay
         self.config_path = config_path.resolve()
         self.command = command
@@ -174,10 +177,11 @@ class ParallelRun:
         return ShardOutcome(child.shard_id, stats=stats, problem=why, user_error=code == 2)
 
     def _rows(self, shards: list[int]) -> int:
-        from mmirage.core.shard.state import read_status, status_path
+        from mmirage.core.shard.state import read_status
 
         return sum(
-            int((read_status(status_path(self.cfg, k)) or {}).get("rows_done") or 0) for k in shards
+            int((read_status(self.run_dir.status_path(k)) or {}).get("rows_done") or 0)
+            for k in shards
         )
 
     def _show(

@@ -18,10 +18,11 @@ from typing import Any
 from mmirage.config.models import MMirageConfig
 from mmirage.core.shard.health import shard_health
 from mmirage.core.shard.published import DAMAGED
-from mmirage.core.shard.state import RUNNING, SUCCESS, now_iso, shard_dir
+from mmirage.core.shard.state import RUNNING, SUCCESS, now_iso
 from mmirage.executors.forwarding import shard_env
 from mmirage.executors.slurm_client import SlurmClient, TaskInfo
 from mmirage.executors.slurm_script import JobSpec, render_job_script, task_log
+from mmirage.rundir import RunDir
 
 SUBMISSIONS = "submissions.jsonl"
 # A status file saying "running" while SLURM says the task ended: the task died unrecorded.
@@ -56,18 +57,14 @@ class ShardView:
         return self.state not in (SUCCESS, RUNNING, DAMAGED, "exhausted")
 
 
-def slurm_dir(cfg: MMirageConfig) -> Path:
-    return shard_dir(cfg, 0).parent / "slurm"
-
-
 def workdir_of(cfg: MMirageConfig) -> Path:
     root = cfg.execution_params.project_root
     return Path(os.path.expanduser(root)).resolve() if root else Path.cwd()
 
 
-def write_script(cfg: MMirageConfig, spec: JobSpec) -> Path:
+def write_script(cfg: MMirageConfig, run_dir: RunDir, spec: JobSpec) -> Path:
     """The job script for ``spec``, in the state folder, before anything is submitted."""
-    folder = slurm_dir(cfg).resolve()
+    folder = run_dir.slurm_dir.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = folder / f"job-{stamp}-{os.getpid()}-{len(list(folder.glob('job-*.sh')))}.sh"
@@ -77,6 +74,7 @@ def write_script(cfg: MMirageConfig, spec: JobSpec) -> Path:
 
 def submit(
     cfg: MMirageConfig,
+    run_dir: RunDir,
     config_path: Path,
     shard_ids: Sequence[int],
     client: SlurmClient,
@@ -99,21 +97,21 @@ def submit(
         env=tuple(shard_env(cfg).items()),
         args=args,
     )
-    script = write_script(cfg, spec)
+    script = write_script(cfg, run_dir, spec)
     report_dir = Path(ep.report_dir)
     (report_dir if report_dir.is_absolute() else workdir / report_dir).mkdir(
         parents=True, exist_ok=True
     )
     job_id = client.submit(script)
     record = Submission(job_id, tuple(sorted(shard_ids)), str(script), ep.job_name, str(workdir))
-    with (slurm_dir(cfg) / SUBMISSIONS).open("a", encoding="utf-8") as log:
+    with (run_dir.slurm_dir / SUBMISSIONS).open("a", encoding="utf-8") as log:
         log.write(json.dumps({**record.__dict__, "submitted_at": now_iso()}) + "\n")
     return record
 
 
-def submissions(cfg: MMirageConfig) -> list[Submission]:
+def submissions(run_dir: RunDir) -> list[Submission]:
     """Every recorded submission, oldest first (a torn last line is skipped)."""
-    path = slurm_dir(cfg) / SUBMISSIONS
+    path = run_dir.slurm_dir / SUBMISSIONS
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -136,23 +134,25 @@ def submissions(cfg: MMirageConfig) -> list[Submission]:
     return out
 
 
-def latest_tasks(cfg: MMirageConfig) -> dict[int, Submission]:
+def latest_tasks(run_dir: RunDir) -> dict[int, Submission]:
     """For each shard, the latest submission that included it."""
     latest: dict[int, Submission] = {}
-    for record in submissions(cfg):
+    for record in submissions(run_dir):
         for shard in record.shards:
             latest[shard] = record
     return latest
 
 
-def shard_views(cfg: MMirageConfig, config_path: Path, client: SlurmClient) -> list[ShardView]:
+def shard_views(
+    cfg: MMirageConfig, run_dir: RunDir, config_path: Path, client: SlurmClient
+) -> list[ShardView]:
     """Every shard's state, joined with SLURM's view of its latest task (one query)."""
-    latest = latest_tasks(cfg)
+    latest = latest_tasks(run_dir)
     tasks = client.tasks([s.job_id for s in latest.values()])
     max_retries = cfg.execution_params.max_retries
     views = []
     for k in range(cfg.loading_params.num_shards):
-        health = shard_health(cfg, k, config_path)
+        health = shard_health(cfg, run_dir, k, config_path)
         status = health.status or None
         record = latest.get(k)
         task = tasks.get((record.job_id, k)) if record else None

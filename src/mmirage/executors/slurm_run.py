@@ -23,7 +23,7 @@ from mmirage.errors import UserError, WorkFailed
 from mmirage.executors.base import Executor, RunRequest, summary
 from mmirage.executors.console import print_table
 from mmirage.executors.outcome import RunResult
-from mmirage.rundir import fingerprint
+from mmirage.rundir import RunDir
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -47,6 +47,7 @@ def _log_level() -> str:
 
 def submit_shards(
     cfg: MMirageConfig,
+    run_dir: RunDir,
     path: Path,
     shard_ids: Sequence[int],
     client: SlurmClient,
@@ -62,7 +63,14 @@ def submit_shards(
 
     try:
         record = submit(
-            cfg, path, shard_ids, client, log_level=_log_level(), command=command, args=args
+            cfg,
+            run_dir,
+            path,
+            shard_ids,
+            client,
+            log_level=_log_level(),
+            command=command,
+            args=args,
         )
     except SlurmUnavailableError as exc:  # sbatch itself is missing or broken here
         raise UserError(str(exc)) from exc
@@ -76,16 +84,19 @@ def submit_shards(
     return record
 
 
-def joined_views(cfg: MMirageConfig, path: Path, client: SlurmClient) -> list[ShardView]:
+def joined_views(
+    cfg: MMirageConfig, run_dir: RunDir, path: Path, client: SlurmClient
+) -> list[ShardView]:
     """Every shard joined with its task (``SlurmUnavailableError``, a ``WorkFailed``, when
     SLURM kept failing to answer)."""
     from mmirage.executors.slurm import shard_views
 
-    return shard_views(cfg, path, client)
+    return shard_views(cfg, run_dir, path, client)
 
 
 def submit_unfinished(
     cfg: MMirageConfig,
+    run_dir: RunDir,
     path: Path,
     client: SlurmClient,
     wanted: list[int],
@@ -98,8 +109,8 @@ def submit_unfinished(
     ``args`` go to every task (the run id and its flags)."""
     from mmirage.executors.slurm import unfinished
 
-    views = joined_views(cfg, path, client)
-    fp = fingerprint(cfg)
+    views = joined_views(cfg, run_dir, path, client)
+    fp = run_dir.fingerprint
     again = {
         v.shard_id
         for v in views
@@ -110,7 +121,7 @@ def submit_unfinished(
     skipped = sorted(set(wanted) - set(todo))
     if skipped:
         click.echo(f"not submitted (succeeded, queued or out of retries): {skipped}", err=True)
-    return [submit_shards(cfg, path, todo, client, args=args).job_id] if todo else []
+    return [submit_shards(cfg, run_dir, path, todo, client, args=args).job_id] if todo else []
 
 
 def _queued_jobs(views: Sequence[ShardView], wanted: Sequence[int]) -> list[str]:
@@ -120,14 +131,19 @@ def _queued_jobs(views: Sequence[ShardView], wanted: Sequence[int]) -> list[str]
 
 
 def follow(
-    cfg: MMirageConfig, path: Path, client: SlurmClient, wanted: list[int], jobs: list[str]
+    cfg: MMirageConfig,
+    run_dir: RunDir,
+    path: Path,
+    client: SlurmClient,
+    wanted: list[int],
+    jobs: list[str],
 ) -> list[ShardView]:
     """Wait for the shards' tasks and resubmit the failed ones (``retry``); the shards of
     ``wanted`` that did not succeed."""
     from mmirage.executors.slurm import wait_for
 
     ep = cfg.execution_params
-    views = joined_views(cfg, path, client)
+    views = joined_views(cfg, run_dir, path, client)
     jobs = sorted(set(jobs) | set(_queued_jobs(views, wanted)))
     resubmits = 0
     while True:
@@ -138,14 +154,14 @@ def follow(
             settle_s=ep.settle_time_seconds,
             on_poll=_Progress(len(wanted)),
         )
-        views = joined_views(cfg, path, client)
+        views = joined_views(cfg, run_dir, path, client)
         bad = [v for v in views if v.shard_id in wanted and v.state != "success"]
         again = [v.shard_id for v in bad if v.retryable and v.state != "exhausted"]
         if not bad or not ep.retry or not again or resubmits >= ep.max_retries:
             return bad
         resubmits += 1
         click.echo(f"resubmitting shard(s) {again} (round {resubmits}/{ep.max_retries})", err=True)
-        jobs = [submit_shards(cfg, path, again, client, command="retry").job_id]
+        jobs = [submit_shards(cfg, run_dir, path, again, client, command="retry").job_id]
 
 
 def _conclude(bad: list[ShardView], wanted: list[int]) -> None:
@@ -184,10 +200,12 @@ def describe(view: ShardView) -> str:
     return "; ".join(parts)
 
 
-def check_table(cfg: MMirageConfig, path: Path) -> tuple[list[list[str]], list[ShardView]]:
+def check_table(
+    cfg: MMirageConfig, run_dir: RunDir, path: Path
+) -> tuple[list[list[str]], list[ShardView]]:
     """The rows of ``check``'s table in slurm mode (one squeue call for every task)."""
     client = slurm_client()
-    views = joined_views(cfg, path, client)
+    views = joined_views(cfg, run_dir, path, client)
     budget = cfg.execution_params.max_retries + 1
     lines = [["SHARD", "STATUS", "ATTEMPTS", "ROWS", "FAILED", "JOB", "SLURM", "ELAPSED", "LOG"]]
     for v in views:
@@ -209,12 +227,14 @@ def check_table(cfg: MMirageConfig, path: Path) -> tuple[list[list[str]], list[S
     return lines, views
 
 
-def resubmit_failed(cfg: MMirageConfig, path: Path, yes: bool, *, id_on_stdout: bool) -> int:
+def resubmit_failed(
+    cfg: MMirageConfig, run_dir: RunDir, path: Path, yes: bool, *, id_on_stdout: bool
+) -> int:
     """``check --retry`` / ``retry``: the failed and dead shards as one array, after asking."""
     from mmirage.executors.slurm import unfinished
 
     client = slurm_client()
-    todo = unfinished(joined_views(cfg, path, client))
+    todo = unfinished(joined_views(cfg, run_dir, path, client))
     if not todo:
         click.echo("no shard to resubmit", err=True)
         return 0
@@ -225,15 +245,15 @@ def resubmit_failed(cfg: MMirageConfig, path: Path, yes: bool, *, id_on_stdout: 
             return 1
         if not click.confirm(question.removesuffix(" (y/N) "), default=False):
             return 1
-    submit_shards(cfg, path, todo, client, id_on_stdout=id_on_stdout, command="retry")
+    submit_shards(cfg, run_dir, path, todo, client, id_on_stdout=id_on_stdout, command="retry")
     return 0
 
 
-def _check(cfg: MMirageConfig, path: Path, retry: bool, yes: bool) -> int:
+def _check(cfg: MMirageConfig, run_dir: RunDir, path: Path, retry: bool, yes: bool) -> int:
     """``mmirage check`` in slurm mode: the joined table, a summary, and ``--retry``."""
     from mmirage.core.shard.report import failed_summary
 
-    lines, views = check_table(cfg, path)
+    lines, views = check_table(cfg, run_dir, path)
     print_table(lines)
     counts = summary([v.state for v in views])
     # The same summary line as in local mode, then what SLURM adds.
@@ -253,7 +273,7 @@ def _check(cfg: MMirageConfig, path: Path, retry: bool, yes: bool) -> int:
         for note in view.notes:
             click.echo(note, err=True)
     if retry and counts["successful"] != counts["total"]:
-        code = resubmit_failed(cfg, path, yes, id_on_stdout=True)
+        code = resubmit_failed(cfg, run_dir, path, yes, id_on_stdout=True)
         if code:
             return code
     return 0 if counts["successful"] == counts["total"] else 1
@@ -269,6 +289,7 @@ class SlurmExecutor(Executor):
         plan = request.plan
         jobs = submit_unfinished(
             self.cfg,
+            self.run_dir,
             self.config_path,
             client,
             wanted,
@@ -277,18 +298,18 @@ class SlurmExecutor(Executor):
         )
         if not request.follow:
             return RunResult(False, wanted, lambda: None)
-        bad = follow(self.cfg, self.config_path, client, wanted, jobs)
+        bad = follow(self.cfg, self.run_dir, self.config_path, client, wanted, jobs)
         return RunResult(not bad, wanted, lambda: _conclude(bad, wanted))
 
     def retry(self, shards: list[int] | None, *, stats: bool, yes: bool) -> int:
         """Resubmit, then the summary JSON on stdout."""
         import json
 
-        code = resubmit_failed(self.cfg, self.config_path, yes, id_on_stdout=False)
-        views = joined_views(self.cfg, self.config_path, slurm_client())
+        code = resubmit_failed(self.cfg, self.run_dir, self.config_path, yes, id_on_stdout=False)
+        views = joined_views(self.cfg, self.run_dir, self.config_path, slurm_client())
         click.echo(json.dumps(summary([v.state for v in views]), indent=2))
         return code
 
     def check(self, *, retry_failed: bool, yes: bool) -> int:
         """The joined table, a summary, and ``--retry``."""
-        return _check(self.cfg, self.config_path, retry_failed, yes)
+        return _check(self.cfg, self.run_dir, self.config_path, retry_failed, yes)

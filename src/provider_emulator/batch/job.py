@@ -18,7 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from provider_emulator.batch.store import StoredFile
+from provider_emulator.batch.files import StoredFile
 from provider_emulator.config import EmulatorConfig
 
 VALIDATING_SHARE = 0.1  # of batch_delay_s

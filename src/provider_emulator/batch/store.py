@@ -13,30 +13,13 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Coroutine, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from provider_emulator.batch.job import BatchJob
+from provider_emulator.batch.files import StoredFile
+from provider_emulator.batch.job import BatchJob
 
-
-@dataclass(slots=True)
-class StoredFile:
-    """A file the emulator holds: an upload, or results it produced.
-
-    ``id`` is OpenAI's ``file-…`` or Gemini's ``files/…``; ``name`` the OpenAI filename or the
-    Gemini display name; ``purpose`` OpenAI's purpose, or Gemini's source (``UPLOADED``,
-    ``GENERATED``).
-    """
-
-    id: str
-    path: Path
-    size: int
-    created_at: float
-    name: str
-    purpose: str
-    mime_type: str = "application/jsonl"
+__all__ = ["BatchStore", "StoredFile"]
 
 
 class BatchStore:

@@ -31,7 +31,7 @@ from mmirage.core.writer.formats import (
     write_dataset,
 )
 from mmirage.errors import UserError, WorkFailed
-from mmirage.rundir import ERRORS, USAGE, status_path
+from mmirage.rundir import ERRORS, USAGE, RunDir
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -289,7 +289,7 @@ def _tokens_unknown(entry: dict[str, Any]) -> None:
                     counters[key] = None
 
 
-def stats_report(config: MMirageConfig) -> dict[str, Any]:
+def stats_report(config: MMirageConfig, run_dir: RunDir) -> dict[str, Any]:
     """The original's ``{"per_shard": [...], "aggregate": {...}}`` from status.json files and
     the published shards. ``per_shard`` holds each status dict plus ``state`` (with stale and
     exhausted detection) and ``published`` (rows counted per dataset from the shard files).
@@ -300,7 +300,7 @@ def stats_report(config: MMirageConfig) -> dict[str, Any]:
     batch = config.uses_batch_api
     per_shard: list[dict[str, Any]] = []
     for k in range(n):
-        status = read_status(status_path(config, k))
+        status = read_status(run_dir.status_path(k))
         entry: dict[str, Any] = dict(status or {})
         entry.setdefault("shard_id", k)
         entry["state"] = shard_state(status, config.execution_params.max_retries)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self, overload
 
-from mmirage.rundir import plain_config, results_relevant
+from mmirage.rundir import RunDir, plain_config, results_relevant
 
 
 @dataclass(slots=True)
@@ -271,12 +271,18 @@ class RunContext:
 
     run_id: str  # one per ``mmirage run`` invocation (shared by the shards it runs)
     shard_id: int
-    num_shards: int
-    state_dir: str  # this pipeline's state folder (``<state_dir>/<pipeline id>``)
+    run_dir: RunDir  # the pipeline's identity and files (``mmirage.rundir``)
     export_prompts: str | None = None  # dry run: write requests here instead of submitting
     fresh: bool = False  # --fresh: forget what earlier runs of this shard left, ask again
     # The shard is computed again (--recompute, or its configuration changed).
     recompute: bool = False
     submitted: SubmittedRequests | None = None  # None: nothing is remembered
-    pipeline_id: str = ""  # which pipeline, and which configuration of it, made a receipt
-    fingerprint: str = ""
+
+    @property
+    def num_shards(self) -> int:
+        return self.run_dir.num_shards
+
+    @property
+    def state_dir(self) -> str:
+        """This pipeline's state folder (``<state_dir>/<pipeline id>``)."""
+        return str(self.run_dir.state)

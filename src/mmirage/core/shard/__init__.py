@@ -4,7 +4,7 @@ checkpoints and the atomic publish (output)."""
 from __future__ import annotations
 
 from mmirage.core.shard.runner import ShardReport, arun_shard, processor_key, run_shard
-from mmirage.core.shard.state import ShardConflictError, shard_state, status_path
+from mmirage.core.shard.state import ShardConflictError, shard_state
 
 __all__ = [
     "ShardConflictError",
@@ -13,5 +13,4 @@ __all__ = [
     "processor_key",
     "run_shard",
     "shard_state",
-    "status_path",
 ]

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mmirage.core.shard.published import DAMAGED, shard_damage
-from mmirage.core.shard.state import SUCCESS, read_status, shard_state, status_path
+from mmirage.core.shard.state import SUCCESS, read_status, shard_state
+from mmirage.rundir import RunDir
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -30,9 +31,11 @@ class ShardHealth:
     notes: list[str] = field(default_factory=list)  # one sentence each: what is wrong, what to do
 
 
-def shard_health(config: MMirageConfig, shard_id: int, config_path: object) -> ShardHealth:
+def shard_health(
+    config: MMirageConfig, run_dir: RunDir, shard_id: int, config_path: object
+) -> ShardHealth:
     """The state of shard ``shard_id``; ``config_path`` is named in the notes' commands."""
-    raw = read_status(status_path(config, shard_id))
+    raw = read_status(run_dir.status_path(shard_id))
     health = ShardHealth(shard_state(raw, config.execution_params.max_retries), dict(raw or {}))
     if health.state != SUCCESS:
         return health

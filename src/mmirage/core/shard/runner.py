@@ -67,14 +67,7 @@ from mmirage.core.shard.stop import (
 )
 from mmirage.core.shard.submissions import ShardSubmissions
 from mmirage.core.writer.helper import ArrowHelper
-from mmirage.rundir import (
-    answers_dir,
-    fingerprint,
-    pipeline_dir,
-    pipeline_id,
-    shard_lock_path,
-    shard_name,
-)
+from mmirage.rundir import RunDir
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -95,6 +88,7 @@ def run_shard(
     retry_rows: bool = False,
     run_id: str | None = None,
     export_prompts: str | None = None,
+    run_dir: RunDir | None = None,
 ) -> ShardReport:
     """Run shard ``shard_id`` of every dataset and publish it; see the module docstring.
 
@@ -104,6 +98,7 @@ def run_shard(
     run in batch receipts (default: a new one); ``export_prompts`` makes ``batch_api``
     processors write their requests there instead of submitting them. ``retry_rows``: in a
     published shard, compute again the rows that failed for a retryable reason (``row_retry``).
+    ``run_dir``: the pipeline's ``RunDir``, when the caller has it (else built here).
     """
     return run_stoppable(
         arun_shard(
@@ -116,6 +111,7 @@ def run_shard(
             retry_rows=retry_rows,
             run_id=run_id,
             export_prompts=export_prompts,
+            run_dir=run_dir,
         )
     )
 
@@ -131,24 +127,23 @@ async def arun_shard(
     retry_rows: bool = False,
     run_id: str | None = None,
     export_prompts: str | None = None,
+    run_dir: RunDir | None = None,
 ) -> ShardReport:
     lp = config.loading_params
     if not 0 <= shard_id < lp.num_shards:
         raise ValueError(f"shard id must be between 0 and {lp.num_shards - 1}, got {shard_id}")
     # One run per shard at a time: two would both pay for every row and interleave their
     # lines in the part file. The lock dies with its process, so a killed run never blocks.
-    with shard_lock(shard_lock_path(config, shard_id), shard_id), cancelled_on_stop():
-        store = AnswerStore(answers_dir(config), shard_name(shard_id, lp.num_shards))
+    run_dir = run_dir or RunDir.of(config)
+    with shard_lock(run_dir.shard_lock_path(shard_id), shard_id), cancelled_on_stop():
+        store = AnswerStore(run_dir.answers_dir, run_dir.shard_name(shard_id))
         context = RunContext(
             run_id=run_id or new_run_id(),
             shard_id=shard_id,
-            num_shards=lp.num_shards,
-            state_dir=str(pipeline_dir(config)),
+            run_dir=run_dir,
             export_prompts=export_prompts,
             fresh=fresh,
             submitted=ShardSubmissions(store),
-            pipeline_id=pipeline_id(config),
-            fingerprint=fingerprint(config),
         )
         with store:
             return await _arun_shard_locked(
@@ -186,8 +181,8 @@ async def _arun_shard_locked(
     lp = config.loading_params
     started = time.monotonic()
     report = ShardReport(shard_id, lp.num_shards)
-    fp = fingerprint(config)
-    status = ShardStatus(config, shard_id)
+    fp = context.run_dir.fingerprint
+    status = ShardStatus(config, context.run_dir, shard_id)
     if force and status.data.get(FORCED_BY) == context.run_id:
         # This invocation's --recompute/--fresh began here already: its retry (a requeued
         # SLURM task, a retried attempt) resumes that work instead of starting it over.

@@ -30,16 +30,7 @@ from typing import TYPE_CHECKING, Any
 from mmirage.core.shard.disk import writing
 from mmirage.core.shard.output import ShardOutput
 from mmirage.errors import WorkFailed
-from mmirage.rundir import (
-    COUNTERS,
-    atomic_write_json,
-    now_iso,
-    parse_iso,
-    status_path,
-)
-from mmirage.rundir import fingerprint as fingerprint  # re-exported: older import path
-from mmirage.rundir import pipeline_id as pipeline_id
-from mmirage.rundir import shard_dir as shard_dir
+from mmirage.rundir import COUNTERS, RunDir, atomic_write_json, now_iso, parse_iso
 
 # Re-exported: the CLI and the executors import them from here.
 from mmirage.usable_dirs import UnusableDirError as UnusableDirError
@@ -122,8 +113,8 @@ def shard_state(
 class ShardStatus:
     """The status file of one shard, as one run updates it."""
 
-    def __init__(self, config: MMirageConfig, shard_id: int) -> None:
-        self.path = status_path(config, shard_id)
+    def __init__(self, config: MMirageConfig, run_dir: RunDir, shard_id: int) -> None:
+        self.path = run_dir.status_path(shard_id)
         self.data: dict[str, Any] = read_status(self.path) or {}
         self._config = config
         self._shard_id = shard_id

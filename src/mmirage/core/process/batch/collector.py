@@ -26,7 +26,6 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llm_kit.redact import redact_text
@@ -39,15 +38,15 @@ from mmirage.core.process.batch.errors import CollectorError, CollectorSetupErro
 from mmirage.core.process.batch.receipt_recovery import with_spooled_receipts
 from mmirage.core.process.batch.receipts import (
     batch_processors,
-    config_receipt_globs,
     endpoint,
     read_receipts,
+    receipt_globs,
     resolve_receipt_paths,
 )
 from mmirage.core.process.batch.registry import BatchAdapterRegistry, load_provider_plugins
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
 from mmirage.core.process.batch.store_lock import exclusive
-from mmirage.rundir import fingerprint, pipeline_dir, pipeline_id, results_store_path
+from mmirage.rundir import RunDir
 
 if TYPE_CHECKING:
     from mmirage.config.batch_provider import BatchProviderConfig
@@ -61,40 +60,30 @@ LOOKUP_FAILED = "lookup_failed"
 # -- where things are -----------------------------------------------------------------------
 
 
-def pipeline_state_dir(config: MMirageConfig) -> Path:
-    """The pipeline's state folder, where the processor put spools and default receipts."""
-    return pipeline_dir(config)
-
-
-def store_path(config: MMirageConfig) -> Path:
-    return results_store_path(config)
-
-
 @contextlib.contextmanager
-def open_store(config: MMirageConfig) -> Iterator[ResultsStore]:
+def open_store(run_dir: RunDir) -> Iterator[ResultsStore]:
     """The pipeline's results store, held by this process alone until closed."""
-    path = store_path(config)
+    path = run_dir.results_store
     with exclusive(path), ResultsStore(path) as store:
         yield store
 
 
 def receipt_files(
-    config: MMirageConfig, metadata_paths: Sequence[str] = (), config_path: str | None = None
+    run_dir: RunDir, metadata_paths: Sequence[str] = (), config_path: str = "CONFIG"
 ) -> list[str]:
     """The receipt files to read, or a ``CollectorError`` naming what was tried."""
-    globs = config_receipt_globs(config, str(pipeline_state_dir(config)))
+    globs = receipt_globs(run_dir)
     try:
         paths = resolve_receipt_paths(globs, metadata_paths)
     except FileNotFoundError as exc:
         raise CollectorSetupError(f"{exc}; check the --metadata-path value") from None
     if not metadata_paths:
-        paths = with_spooled_receipts(paths, pipeline_state_dir(config))
+        paths = with_spooled_receipts(paths, run_dir.batch_dir())
     if not paths:
         tried = ", ".join(globs) or "(the config declares no batch_api processor)"
         raise CollectorSetupError(
             f"no batch receipts found (tried {tried}); submit the batches first with "
-            f"'mmirage run {config_path or config.config_path or 'CONFIG'}', or name receipt "
-            "files with --metadata-path"
+            f"'mmirage run {config_path}', or name receipt files with --metadata-path"
         )
     return paths
 
@@ -170,9 +159,9 @@ class PipelineKey:
     endpoints: frozenset[str]
 
 
-def pipeline_key(config: MMirageConfig) -> PipelineKey:
+def pipeline_key(run_dir: RunDir, config: MMirageConfig) -> PipelineKey:
     endpoints = frozenset(endpoint(p.provider_config) for p in batch_processors(config))
-    return PipelineKey(pipeline_id(config), fingerprint(config), endpoints)
+    return PipelineKey(run_dir.pipeline_id, run_dir.fingerprint, endpoints)
 
 
 def scan_receipts(
@@ -334,12 +323,10 @@ __all__ = [
     "one_sentence",
     "open_store",
     "pipeline_key",
-    "pipeline_state_dir",
     "poll",
     "receipt_files",
     "require_batches",
     "scan_receipts",
-    "store_path",
     "wait_until_terminal",
 ]
 

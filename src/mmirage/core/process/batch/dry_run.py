@@ -15,7 +15,7 @@ from mmirage.config.errors import ConfigError
 from mmirage.config.models import MMirageConfig
 from mmirage.config.processors import BatchApiProcessorConfig
 from mmirage.core.process.batch.receipts import batch_processors
-from mmirage.rundir import pipeline_dir
+from mmirage.rundir import RunDir
 
 
 def check_dry_run_allowed(
@@ -69,9 +69,10 @@ def check_export_target(target: Path, given: str) -> None:
     ensure_writable_dir(target.parent, "--export-prompts")
 
 
-def dry_run_config(config: MMirageConfig, workdir: Path) -> MMirageConfig:
-    """``config`` with outputs and state under ``workdir``; receipts where real ones go."""
-    real_state = pipeline_dir(config)
+def dry_run_config(config: MMirageConfig, run_dir: RunDir, workdir: Path) -> MMirageConfig:
+    """``config`` with outputs and state under ``workdir``; receipts where the real run's
+    (``run_dir``) go."""
+    real_state = run_dir.state
     processors = [
         _with_receipts_at(p, real_state) if isinstance(p, BatchApiProcessorConfig) else p
         for p in config.processors

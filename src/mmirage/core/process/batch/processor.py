@@ -47,7 +47,6 @@ from mmirage.core.process.batch.receipts import (
     append_receipt,
     chunk_receipt,
     endpoint,
-    receipt_base,
     receipt_path,
     redact,
 )
@@ -55,7 +54,6 @@ from mmirage.core.process.batch.registry import BatchAdapterRegistry
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
 from mmirage.core.process.batch.versions import SubmittedVersions
 from mmirage.core.render.renderer import make_placeholder
-from mmirage.rundir import batch_spool_dir
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +97,9 @@ class BatchApiProcessor(Processor):
             self.export_path = export_file(context.export_prompts, context.run_id)
             self.export_path.parent.mkdir(parents=True, exist_ok=True)
             self.export_path.touch()  # fail now, not after the first chunk, on a bad path
-        self.base = receipt_base(self.provider_config, context.state_dir)
         name = config.name or config.type
-        self._root = batch_spool_dir(
-            context.state_dir, name, context.shard_id, context.num_shards, dry_run=self.dry_run
-        )
+        self.base = context.run_dir.receipt_base(name)
+        self._root = context.run_dir.batch_spool_dir(name, context.shard_id, dry_run=self.dry_run)
         if context.fresh and self._root.exists():
             # --fresh: every request is built and sent anew; what earlier runs spooled is set
             # aside (its receipts name it, for retry).
@@ -351,8 +347,8 @@ class BatchApiProcessor(Processor):
             run_id=self.context.run_id,
             shard_id=self.context.shard_id,
             num_shards=self.context.num_shards,
-            pipeline_id=self.context.pipeline_id,
-            fingerprint=self.context.fingerprint,
+            pipeline_id=self.context.run_dir.pipeline_id,
+            fingerprint=self.context.run_dir.fingerprint,
         )
         record_receipt(chunk, receipt, self._receipt_file(modality))
         self.submitted_batches += 1

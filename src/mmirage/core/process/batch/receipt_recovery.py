@@ -18,7 +18,6 @@ from pathlib import Path
 import orjson
 
 from mmirage.core.process.batch.receipts import MODALITIES
-from mmirage.rundir import batch_dir
 
 logger = logging.getLogger(__name__)
 
@@ -26,14 +25,14 @@ logger = logging.getLogger(__name__)
 _MARKERS = "*/*/*/chunk-*.done"
 
 
-def with_spooled_receipts(paths: Sequence[str], state_dir: Path) -> list[str]:
-    """``paths`` followed by the ``.done`` markers under ``<state_dir>/batch`` whose run and
-    modality are those of one of ``paths`` (a receipt file that may lack lines)."""
+def with_spooled_receipts(paths: Sequence[str], batch_dir: Path) -> list[str]:
+    """``paths`` followed by the ``.done`` markers under ``batch_dir`` (``RunDir.batch_dir``)
+    whose run and modality are those of one of ``paths`` (a receipt file that may lack lines)."""
     runs = {key for key in map(_run_of_file, paths) if key is not None}
     if not runs:
         return list(paths)
     markers: list[str] = []
-    for marker in sorted(batch_dir(state_dir).glob(_MARKERS)):
+    for marker in sorted(batch_dir.glob(_MARKERS)):
         if _run_of_marker(marker) in runs:
             markers.append(str(marker))
     return [*paths, *markers]

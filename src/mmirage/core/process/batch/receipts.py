@@ -37,17 +37,12 @@ if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
     from mmirage.config.processors import BatchApiProcessorConfig
     from mmirage.core.process.batch.spool import SpooledChunk
+    from mmirage.rundir import RunDir
 
 logger = logging.getLogger(__name__)
 
 MODALITIES = ("text", "multimodal")
 DRY_RUN = "dry-run"
-
-
-def receipt_base(provider_config: BatchProviderConfig, state_dir: str) -> str:
-    base = provider_config.metadata_output_path or os.path.join(state_dir, "batch_metadata.jsonl")
-    base = os.path.expanduser(base)
-    return base.removesuffix(".jsonl")
 
 
 def endpoint(provider_config: BatchProviderConfig) -> str:
@@ -174,11 +169,10 @@ class Receipt:
         return mapping
 
 
-def config_receipt_globs(config: MMirageConfig, state_dir: str) -> list[str]:
-    """The non-dry-run receipt globs of every batch_api processor of the config."""
+def receipt_globs(run_dir: RunDir) -> list[str]:
+    """The non-dry-run receipt globs of every batch_api processor of the pipeline."""
     patterns: list[str] = []
-    for processor in batch_processors(config):
-        base = receipt_base(processor.provider_config, state_dir)
+    for base in run_dir.receipt_bases.values():
         for modality in MODALITIES:
             pattern = f"{glob.escape(base)}.{modality}.*.jsonl"
             if pattern not in patterns:

@@ -39,14 +39,13 @@ from mmirage.core.process.batch.collector import (
     one_sentence,
     open_store,
     pipeline_key,
-    pipeline_state_dir,
     receipt_files,
     scan_receipts,
 )
 from mmirage.core.process.batch.creation import ChunkCreator, run_through_stop
 from mmirage.core.process.batch.fetching import FetchReport, fetch_terminal
 from mmirage.core.process.batch.intents import record_receipt
-from mmirage.core.process.batch.receipts import receipt_base, receipt_path
+from mmirage.core.process.batch.receipts import receipt_path
 from mmirage.core.process.batch.results_store import BatchRecord, ResultsStore
 from mmirage.core.process.batch.retry_adoption import (
     RETRY_PREFIX,
@@ -54,7 +53,7 @@ from mmirage.core.process.batch.retry_adoption import (
     settle_interrupted_retries,
 )
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
-from mmirage.rundir import batch_dir, retry_lock_path
+from mmirage.rundir import RunDir
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -76,18 +75,23 @@ class RetryReport:
 
 
 def retry_failed(
-    config: MMirageConfig, *, only_retryable: bool = False, run_id: str | None = None
+    config: MMirageConfig,
+    run_dir: RunDir,
+    *,
+    only_retryable: bool = False,
+    run_id: str | None = None,
 ) -> RetryReport:
     """Refresh the store (fetch every terminal batch), then resubmit what did not succeed."""
     run_id = run_id or uuid.uuid4().hex[:6]
-    with _retry_lock(config), open_store(config) as store:
+    with _retry_lock(run_dir), open_store(run_dir) as store:
         pool = AdapterPool(config)
-        resubmitter = _Resubmitter(config, pool, run_id)
+        resubmitter = _Resubmitter(run_dir, pool, run_id)
         # First the batches an interrupted retry created: their requests are not failed.
-        settle_interrupted_retries(
-            config, pool, resubmitter.creator, resubmitter.state_dir, resubmitter.stamp
+        settle_interrupted_retries(config, run_dir, pool, resubmitter.creator)
+        key = pipeline_key(run_dir, config)
+        scan = scan_receipts(
+            receipt_files(run_dir, config_path=str(config.config_path)), store, only=key
         )
-        scan = scan_receipts(receipt_files(config), store, only=pipeline_key(config))
         pool.check_providers(scan.records)
         report = resubmitter.report = RetryReport(run_id, fetch_terminal(store, pool, scan.records))
         failed = store.failed_requests(only_retryable=only_retryable)
@@ -111,14 +115,13 @@ class _Target:
 class _Resubmitter:
     report: RetryReport
 
-    def __init__(self, config: MMirageConfig, pool: AdapterPool, run_id: str) -> None:
+    def __init__(self, run_dir: RunDir, pool: AdapterPool, run_id: str) -> None:
         self.pool = pool
         self.run_id = run_id
-        self.state_dir = pipeline_state_dir(config)
-        key = pipeline_key(config)
-        self.stamp = (key.pipeline_id, key.fingerprint)
-        self.root = batch_dir(self.state_dir) / f"{RETRY_PREFIX}{run_id}"
-        self.creator = ChunkCreator(batch_dir(self.state_dir))
+        self.run_dir = run_dir
+        self.stamp = (run_dir.pipeline_id, run_dir.fingerprint)
+        self.root = run_dir.batch_dir() / f"{RETRY_PREFIX}{run_id}"
+        self.creator = ChunkCreator(run_dir.batch_dir())
         self._targets: dict[tuple[str, str], _Target] = {}
         self._chunks = itertools.count(1)
 
@@ -184,9 +187,9 @@ class _Resubmitter:
         requests = [orjson.loads(line) for line in read_lines(chunk)]
         origins = sorted({target.origins.pop(cid, "") for cid, _, _ in chunk.read_ids()} - {""})
         modality = target.record.modality
-        receipts = receipt_path(
-            receipt_base(pc, str(self.state_dir)), modality or "text", self.run_id
-        )
+        processor = self.pool.processor_for(target.record)
+        base = self.run_dir.receipt_base(processor.name or processor.type)
+        receipts = receipt_path(base, modality or "text", self.run_id)
 
         def create_and_record() -> str:
             try:
@@ -229,12 +232,12 @@ __all__ = ["RetryReport", "retry_failed"]
 
 
 @contextlib.contextmanager
-def _retry_lock(config: MMirageConfig) -> Iterator[None]:
+def _retry_lock(run_dir: RunDir) -> Iterator[None]:
     """One retry per pipeline at a time: two would both resubmit (and pay for) the same
     failures."""
     import fcntl
 
-    path = retry_lock_path(config)
+    path = run_dir.retry_lock
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as lock:
         try:

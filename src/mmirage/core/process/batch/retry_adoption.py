@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -25,7 +24,6 @@ from mmirage.core.process.batch.receipts import (
     append_receipt,
     batch_processors,
     chunk_receipt,
-    receipt_base,
     receipt_path,
     redact,
 )
@@ -36,6 +34,7 @@ if TYPE_CHECKING:
     from mmirage.config.batch_provider import BatchProviderConfig
     from mmirage.config.models import MMirageConfig
     from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
+    from mmirage.rundir import RunDir
 
 logger = logging.getLogger(__name__)
 
@@ -82,16 +81,16 @@ def retry_receipt(
 
 def settle_interrupted_retries(
     config: MMirageConfig,
+    run_dir: RunDir,
     pool: AdapterPool,
     creator: ChunkCreator,
-    state_dir: Path,
-    stamp: tuple[str, str],
 ) -> int:
     """Adopt or abandon every chunk an earlier retry was creating when it stopped; returns
     how many batches were adopted."""
     processors = {p.name or p.type: p for p in batch_processors(config)}
     adopted = 0
-    for path in sorted((state_dir / "batch").glob(f"{RETRY_PREFIX}*/*/*/chunk-*.jsonl")):
+    stamp = (run_dir.pipeline_id, run_dir.fingerprint)
+    for path in sorted(run_dir.batch_dir().glob(f"{RETRY_PREFIX}*/*/*/chunk-*.jsonl")):
         chunk = SpooledChunk(int(path.stem.removeprefix("chunk-")), path)
         modality, name = path.parent.name, path.parent.parent.name
         processor = processors.get(name)
@@ -99,7 +98,7 @@ def settle_interrupted_retries(
             continue  # a processor since removed from the config: its receipts say so
         pc = processor.provider_config
         run_id = path.parent.parent.parent.name.removeprefix(RETRY_PREFIX)
-        receipts = receipt_path(receipt_base(pc, str(state_dir)), modality, run_id)
+        receipts = receipt_path(run_dir.receipt_base(name), modality, run_id)
         if chunk.done_path.exists():
             if not chunk.receipted_path.exists():  # stopped between the two writes
                 append_receipt(receipts, orjson.loads(chunk.done_path.read_bytes()))
