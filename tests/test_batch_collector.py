@@ -163,7 +163,7 @@ def merge(config: MMirageConfig, output: Path, paths: tuple[str, ...] = ()) -> M
     with open_store(RunDir.of(config)) as store:
         scan = scan_receipts(receipt_files(RunDir.of(config), paths), store)
         fetch_terminal(store, AdapterPool(config), scan.records)
-        return write_merged(config, store, output)
+        return write_merged(config, RunDir.of(config), store, output)
 
 
 def settled(totals: MergeTotals) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mmirage.core.merge.shards import stats_report
+from mmirage.rundir import RunDir
 from provider_emulator import EmulatorConfig, running_emulator
 from test_batch_collector import KEY, make_config, run_all
 
@@ -19,7 +20,7 @@ def test_batch_shards_have_no_token_counts_before_merge(
     with running_emulator(EmulatorConfig()) as emu:
         config = make_config(tmp_path, emu)
         run_all(config)
-    report = stats_report(config)
+    report = stats_report(config, RunDir.of(config))
     for entry in report["per_shard"]:
         assert entry["state"] == "success"
         for counters in (entry, entry["stats"], *entry["published"]):

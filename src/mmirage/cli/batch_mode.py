@@ -100,11 +100,13 @@ def batch_check(
     metadata_paths: Sequence[str] = (),
     wait: bool = False,
     poll_interval: float | None = None,
+    *,
+    run_dir: RunDir | None = None,
 ) -> int:
     """Report each provider batch's status, then the per-provider summary block."""
+    run_dir = run_dir or RunDir.of(config)
 
     def work() -> int:
-        run_dir = RunDir.of(config)
         paths = receipt_files(run_dir, metadata_paths, str(config_path or config.config_path))
         # Receipts named by hand are checked whatever made them; found ones must be ours.
         key = None if metadata_paths else pipeline_key(run_dir, config)
@@ -206,12 +208,14 @@ def batch_merge(
     output_path: str | Path,
     metadata_paths: Sequence[str] = (),
     wait: bool = False,
+    *,
+    run_dir: RunDir | None = None,
 ) -> int:
     """Fetch every finished batch, rebuild the dataset into ``output_path`` (one ordered JSONL
     file, written atomically) and print the run totals."""
+    run_dir = run_dir or RunDir.of(config)
 
     def work() -> int:
-        run_dir = RunDir.of(config)
         paths = receipt_files(run_dir, metadata_paths, str(config.config_path))
         with open_store(run_dir) as store:
             scan = scan_receipts(paths, store, only=pipeline_key(run_dir, config))
@@ -224,7 +228,7 @@ def batch_merge(
             statuses = _wait(pool, todo, config.execution_params.poll_interval_seconds)
         with open_store(run_dir) as store:  # opened again: what another merge did meanwhile
             fetch = fetch_terminal(store, pool, scan.records, statuses)
-            totals = write_merged(config, store, output_path)
+            totals = write_merged(config, run_dir, store, output_path)
         for message in fetch.errors:
             _error(message)
         click.echo(f"merged {totals.rows} rows into {Path(output_path).expanduser()}")
@@ -309,11 +313,14 @@ def _echo_running(fetch: FetchReport, total: int) -> None:
 # -- retry ----------------------------------------------------------------------------------
 
 
-def batch_retry(config: MMirageConfig, only_retryable: bool = False) -> int:
+def batch_retry(
+    config: MMirageConfig, only_retryable: bool = False, *, run_dir: RunDir | None = None
+) -> int:
     """Resubmit the requests whose latest outcome is failed, expired, canceled or missing."""
+    run_dir = run_dir or RunDir.of(config)
 
     def work() -> int:
-        report = retry_failed(config, RunDir.of(config), only_retryable=only_retryable)
+        report = retry_failed(config, run_dir, only_retryable=only_retryable)
         for message in [*report.fetch.errors, *report.lost]:
             _error(message)
         if report.resubmitted:

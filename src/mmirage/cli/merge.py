@@ -71,11 +71,12 @@ def merge(
     CONFIG is the pipeline's YAML file (or give it as --config CONFIG).
     """
     from mmirage.cli.results import MergeRequest, results_for
+    from mmirage.rundir import RunDir
 
     with exit_on_errors():
         cfg = load(config_path(config, config_option))
         request = MergeRequest(output_root, allow_partial, fmt, output_path, metadata_paths, wait)
-        sys.exit(results_for(cfg).merge(cfg, request))
+        sys.exit(results_for(cfg).merge(cfg, RunDir.of(cfg), request))
 
 
 @click.command("merge-dir")

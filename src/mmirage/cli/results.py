@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
     from mmirage.executors.base import Executor
     from mmirage.executors.outcome import RunResult
+    from mmirage.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,20 @@ class Results(Protocol):
     def check(self, cfg: MMirageConfig, path: Path, executor: Executor, r: CheckRequest) -> int:
         """Report the state of the results; the exit code."""
 
-    def merge(self, cfg: MMirageConfig, request: MergeRequest) -> int:
+    def merge(self, cfg: MMirageConfig, run_dir: RunDir, request: MergeRequest) -> int:
         """Bring the results into one dataset; the exit code."""
 
     def finish_run(
-        self, cfg: MMirageConfig, path: Path, result: RunResult, wait_output: Path | None
+        self,
+        cfg: MMirageConfig,
+        path: Path,
+        executor: Executor,
+        result: RunResult,
+        wait_output: Path | None,
     ) -> int:
         """After ``run``: its report, then what follows when every shard finished."""
 
-    def finish_retry(self, cfg: MMirageConfig, only_retryable: bool) -> int:
+    def finish_retry(self, cfg: MMirageConfig, executor: Executor, only_retryable: bool) -> int:
         """After the shards of ``retry`` all succeeded."""
 
 
@@ -60,7 +66,7 @@ class ShardResults:
             )
         return executor.check(retry_failed=r.retry_failed, yes=r.yes)
 
-    def merge(self, cfg: MMirageConfig, request: MergeRequest) -> int:
+    def merge(self, cfg: MMirageConfig, run_dir: RunDir, request: MergeRequest) -> int:
         from mmirage.cli.merge_report import report
         from mmirage.core.merge.shards import merge_config
 
@@ -81,7 +87,12 @@ class ShardResults:
         return 0
 
     def finish_run(
-        self, cfg: MMirageConfig, path: Path, result: RunResult, wait_output: Path | None
+        self,
+        cfg: MMirageConfig,
+        path: Path,
+        executor: Executor,
+        result: RunResult,
+        wait_output: Path | None,
     ) -> int:
         from mmirage.cli.merge_report import merge_after_run
 
@@ -92,7 +103,7 @@ class ShardResults:
             merge_after_run(cfg)
         return 0
 
-    def finish_retry(self, cfg: MMirageConfig, only_retryable: bool) -> int:
+    def finish_retry(self, cfg: MMirageConfig, executor: Executor, only_retryable: bool) -> int:
         return 0
 
 
@@ -100,17 +111,24 @@ class BatchResults:
     def check(self, cfg: MMirageConfig, path: Path, executor: Executor, r: CheckRequest) -> int:
         from mmirage.cli.batch_mode import batch_check
 
-        return batch_check(cfg, path, r.metadata_paths, r.wait, r.poll_interval)
+        run_dir = executor.run_dir
+        return batch_check(cfg, path, r.metadata_paths, r.wait, r.poll_interval, run_dir=run_dir)
 
-    def merge(self, cfg: MMirageConfig, request: MergeRequest) -> int:
+    def merge(self, cfg: MMirageConfig, run_dir: RunDir, request: MergeRequest) -> int:
         from mmirage.cli.batch_mode import batch_merge
 
         if request.output_path is None:
             raise UserError("this config has a batch_api processor: give --output-path FILE.jsonl")
-        return batch_merge(cfg, request.output_path, request.metadata_paths, request.wait)
+        paths, wait = request.metadata_paths, request.wait
+        return batch_merge(cfg, request.output_path, paths, wait, run_dir=run_dir)
 
     def finish_run(
-        self, cfg: MMirageConfig, path: Path, result: RunResult, wait_output: Path | None
+        self,
+        cfg: MMirageConfig,
+        path: Path,
+        executor: Executor,
+        result: RunResult,
+        wait_output: Path | None,
     ) -> int:
         from mmirage.cli.batch_mode import batch_check, batch_merge
 
@@ -118,14 +136,18 @@ class BatchResults:
         if result.finished and wait_output is not None:
             # Submitted: wait and merge whatever happened to the rows and batches (merge keeps
             # every row, failed ones with their reason); the run's report comes after.
-            codes += [batch_check(cfg, path, wait=True), batch_merge(cfg, wait_output, wait=True)]
+            run_dir = executor.run_dir
+            codes += [
+                batch_check(cfg, path, wait=True, run_dir=run_dir),
+                batch_merge(cfg, wait_output, wait=True, run_dir=run_dir),
+            ]
         result.conclude()
         return max(codes)
 
-    def finish_retry(self, cfg: MMirageConfig, only_retryable: bool) -> int:
+    def finish_retry(self, cfg: MMirageConfig, executor: Executor, only_retryable: bool) -> int:
         from mmirage.cli.batch_mode import batch_retry
 
-        return batch_retry(cfg, only_retryable)
+        return batch_retry(cfg, only_retryable, run_dir=executor.run_dir)
 
 
 RESULTS: dict[bool, Results] = {False: ShardResults(), True: BatchResults()}

@@ -64,7 +64,7 @@ def retry(
         shards = [shard_id] if shard_id is not None else None
         code = executor.retry(shards, stats=stats, yes=yes)
         if code == 0:
-            code = results_for(cfg).finish_retry(cfg, only_retryable)
+            code = results_for(cfg).finish_retry(cfg, executor, only_retryable)
     sys.exit(code)
 
 

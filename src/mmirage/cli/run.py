@@ -135,5 +135,6 @@ def run(
         follow = wait or ep.retry or ep.merge or force_retry
         shards = [shard_id] if shard_id is not None else None
         result = executor.run(RunRequest(shards, plan, follow=follow, stats=stats))
-        code = results_for(cfg).finish_run(cfg, path, result, output_path if wait else None)
+        wait_output = output_path if wait else None
+        code = results_for(cfg).finish_run(cfg, path, executor, result, wait_output)
     sys.exit(code)

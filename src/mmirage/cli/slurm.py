@@ -73,7 +73,7 @@ def submit(
         executor = executor_for(cfg, path, new_run_id(None), here=False)
         follow = wait or ep.retry or ep.merge
         result = executor.run(RunRequest(ids, RunPlan(retry=ep.retry), follow=follow))
-        code = results_for(cfg).finish_run(cfg, path, result, None)
+        code = results_for(cfg).finish_run(cfg, path, executor, result, None)
     sys.exit(code)
 
 

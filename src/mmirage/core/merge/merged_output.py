@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llm_kit.gcquiet import quiet_gc
 from mmirage.core.merge.row_rebuild import MergeTotals, RowBuilder
 from mmirage.core.merge.shards import config_shards
 from mmirage.core.process.batch.cost import PriceBook
@@ -17,18 +18,18 @@ from mmirage.core.process.batch.errors import CollectorError
 from mmirage.core.process.batch.results_store import ResultsStore
 from mmirage.core.shard.output import ShardOutput
 from mmirage.core.writer.formats import FormatError, write_dataset
-from mmirage.rundir import fingerprint
+from mmirage.rundir import RunDir
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
 
-def published_shards(config: MMirageConfig) -> list[Any]:
+def published_shards(config: MMirageConfig, run_dir: RunDir) -> list[Any]:
     """Every dataset's published shards in order, or a ``CollectorError`` naming the first
     shards that are not published yet, or were computed under another configuration (their
     placeholders may stand for requests this one no longer asks)."""
     lp = config.loading_params
-    fp = fingerprint(config)
+    fp = run_dir.fingerprint
     ordered: list[Any] = []
     for ds in lp.datasets:
         shards, missing = config_shards(ds.output_dir, lp.num_shards, lp.output_format)
@@ -73,10 +74,10 @@ def merged_rows(
 
 
 def write_merged(
-    config: MMirageConfig, store: ResultsStore, output_path: str | Path
+    config: MMirageConfig, run_dir: RunDir, store: ResultsStore, output_path: str | Path
 ) -> MergeTotals:
     """Write the merged dataset to ``output_path`` as one ordered JSONL file, atomically."""
-    shards = published_shards(config)
+    shards = published_shards(config, run_dir)
     dest = Path(output_path).expanduser()
     if any(dest.resolve() == Path(s.path).resolve() for s in shards):
         raise CollectorError(
@@ -84,7 +85,10 @@ def write_merged(
         )
     totals = MergeTotals(prices=PriceBook.from_config(config))
     try:
-        write_dataset(lambda: merged_rows(config, store, totals, shards), dest, "jsonl")
+        # Rarer collections, start-up objects frozen out of them (as a run's shards have):
+        # each row makes a few dicts that die with its group, so sweeps found nothing.
+        with quiet_gc():
+            write_dataset(lambda: merged_rows(config, store, totals, shards), dest, "jsonl")
     except FormatError as exc:
         raise CollectorError(
             f"{exc}; the shard may be damaged, rerun it with --recompute"
