@@ -21,6 +21,7 @@ from mmirage.core.process.batch.payload import custom_id_for
 from mmirage.core.process.batch.receipts import MODALITIES
 from mmirage.core.process.batch.results_store import SUCCEEDED, RequestOutcome
 from mmirage.core.render.renderer import (
+    bare_name,
     find_placeholders,
     is_placeholder,
     render_failed_columns,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 INVALID = "invalid"  # a result that came back but is not valid JSON for its schema
 _PREFIX_LEN = len(PLACEHOLDER_PREFIX)
+_ABSENT = object()
 
 
 @dataclass
@@ -73,6 +75,12 @@ class RowBuilder:
     def __init__(self, config: MMirageConfig) -> None:
         pp = config.processing_params
         self.schema = pp.output_schema
+        # (column, template, where, the variable a bare ``{{ name }}`` column copies) once:
+        # the per-row loop builds no names, and copies such a column without a render call.
+        self._columns = [
+            (key, tree, f"output_schema.{key}", bare_name(tree))
+            for key, tree in self.schema.items()
+        ]
         self._json_models: dict[str, Any] = {}
         self._models: dict[str, str | None] = {}  # output name → provider model (cost)
         # output name → (the provider config's token limit, its field): a cut answer names it.
@@ -93,14 +101,13 @@ class RowBuilder:
         variables = row.get(VARS)
         if type(variables) is not dict:
             return []
-        return [
-            (name, value[_PREFIX_LEN:])
-            for name, value in variables.items()
-            if name in self._models
-            and type(value) is str
-            and value.startswith(PLACEHOLDER_PREFIX)
-            and is_own_request(name, value[_PREFIX_LEN:])
-        ]
+        found = []
+        for name, value in variables.items():
+            if name in self._models and type(value) is str and value.startswith(PLACEHOLDER_PREFIX):
+                custom_id = value[_PREFIX_LEN:]
+                if is_own_request(name, custom_id):
+                    found.append((name, custom_id))
+        return found
 
     def rebuild(
         self,
@@ -112,14 +119,14 @@ class RowBuilder:
         """``row`` rebuilt in place; ``pending`` is ``self.pending(row)``."""
         totals.rows += 1
         variables = row.pop(VARS, None)
-        earlier = _errors(row)
+        errors = _errors(row) if row.get(ERRORS) else {}  # most rows have none: no call
         if type(variables) is not dict:  # complete at run time, or failed then
-            row[ERRORS] = earlier or None
-            totals.rows_with_errors += bool(earlier)
+            row[ERRORS] = errors or None
+            totals.rows_with_errors += bool(errors)
             return row
-        errors = dict(earlier)
         filled = dict(variables)
         tokens: list[int] | None = None
+        requests = totals.requests
         for name, cid in pending:
             outcome = outcomes[cid]
             if totals.add_usage(self._models.get(name), outcome):
@@ -127,12 +134,14 @@ class RowBuilder:
                 tokens[0] += outcome.input_tokens or 0
                 tokens[1] += outcome.output_tokens or 0
             state, usable = self._value(name, outcome)
-            totals.requests[state] += 1
+            requests[state] += 1
             if state == SUCCEEDED:
                 filled[name] = usable
             else:
                 errors[name] = usable
-        unavailable = [n for n in errors if n not in filled or is_placeholder(filled[n])]
+        unavailable = (
+            [n for n in errors if n not in filled or is_placeholder(filled[n])] if errors else []
+        )
         if not unavailable:  # nothing failed without a fallback
             self._render(row, filled, errors)
         elif (problem := render_failed_columns(self.schema, row, filled, unavailable)) is not None:
@@ -144,7 +153,7 @@ class RowBuilder:
 
     def _value(self, name: str, outcome: RequestOutcome) -> tuple[str, Any]:
         """(state, value) for a usable result, else (state, the reason for ``__errors__``)."""
-        if not outcome.ok:
+        if outcome.state != SUCCEEDED:  # ``not outcome.ok``, without the property call
             return outcome.state, outcome.reason()
         model = self._json_models.get(name)
         text = outcome.text or ""
@@ -160,12 +169,20 @@ class RowBuilder:
     ) -> None:
         """Render again the schema columns that hold a placeholder; a template that fails on
         the real values is a ``__schema__`` error, as in a live run."""
+        updates = {}
         try:
-            updates = {
-                key: render_value(tree, variables, f"output_schema.{key}")
-                for key, tree in self.schema.items()
-                if _has_placeholder(row.get(key))
-            }
+            for key, tree, where, name in self._columns:
+                value = row.get(key)
+                if type(value) is str:  # _has_placeholder's common case, without the call
+                    if not value.startswith(PLACEHOLDER_PREFIX):
+                        continue
+                elif not _has_placeholder(value):
+                    continue
+                new = _ABSENT if name is None else variables.get(name, _ABSENT)
+                if new is not _ABSENT and not is_placeholder(new):
+                    updates[key] = new  # what render_value gives a present, filled variable
+                else:
+                    updates[key] = render_value(tree, variables, where)
         except RowError as exc:
             errors["__schema__"] = str(exc)
             row.update(dict.fromkeys(self.schema))
@@ -177,7 +194,7 @@ class RowBuilder:
         """``__usage__`` gains the batch tokens; ``input_tokens``/``output_tokens`` appear only
         when the provider reported usage."""
         usage = row.get(USAGE)
-        usage = usage if isinstance(usage, Mapping) else {}
+        usage = usage if type(usage) is dict or isinstance(usage, Mapping) else {}
         extra = tokens or [0, 0]
         row[USAGE] = {
             "input_tokens": int(usage.get("input_tokens") or 0) + extra[0],

@@ -76,12 +76,28 @@ _Leaf = _Ref | _Text
 @lru_cache(maxsize=4096)
 def compile_leaf(text: str) -> _Leaf:
     """One compiled form per distinct schema string."""
+    path = _bare_path(text)
+    if path is not None:
+        return _Ref(path)
+    return _Text(compile_template(text), _names_in(text))
+
+
+def _bare_path(text: str) -> tuple[str, ...] | None:
+    """The path a bare ``{{ a.b.c }}`` reads, else ``None`` (no Jinja needed to tell)."""
     bare = _BARE.match(text)
     if bare:
         path = tuple(bare.group(1).split("."))
         if path[0] not in _LITERALS and path[0] not in JINJA_GLOBALS:
-            return _Ref(path)
-    return _Text(compile_template(text), _names_in(text))
+            return path
+    return None
+
+
+def bare_name(tree: Any) -> str | None:
+    """The variable a schema value that is exactly ``{{ name }}`` renders to, kept as it is
+    (``render_value`` gives that variable's value, or its placeholder while pending); else
+    ``None``."""
+    path = _bare_path(tree) if isinstance(tree, str) else None
+    return path[0] if path is not None and len(path) == 1 else None
 
 
 def _names_in(text: str) -> tuple[str, ...]:

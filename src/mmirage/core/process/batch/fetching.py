@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llm_kit.gcquiet import quiet_gc
 from mmirage.core.process.batch.adapter import FAILED, BatchSubmissionResult
 from mmirage.core.process.batch.collector import AdapterPool, BatchStatus, one_sentence, poll
 from mmirage.core.process.batch.errors import IncompleteResultsError
@@ -108,19 +109,22 @@ def fetch_terminal(
     """Download each terminal batch not fetched yet into the store (``statuses`` from a wait
     saves a second lookup); running batches are listed, never waited for."""
     report = FetchReport()
-    for record in records:
-        current = store.batch(*record.key) or record
-        if current.fetched:
-            continue
-        status = (statuses or {}).get(record.key) or poll(pool, record)
-        if status.result is None:
-            report.errors.append(f"batch {record.batch_id} ({record.provider}): {status.error}")
-            continue
-        store.set_status(*record.key, status.result.status, status.result.provider_status)
-        if not status.result.is_terminal:
-            report.running.append(current)
-            continue
-        _download(store, pool, current, status.result, report)
+    # Rarer collections, start-up objects frozen out of them: a download makes a batch's
+    # rows at once, and young sweeps over them found nothing to free.
+    with quiet_gc():
+        for record in records:
+            current = store.batch(*record.key) or record
+            if current.fetched:
+                continue
+            status = (statuses or {}).get(record.key) or poll(pool, record)
+            if status.result is None:
+                report.errors.append(f"batch {record.batch_id} ({record.provider}): {status.error}")
+                continue
+            store.set_status(*record.key, status.result.status, status.result.provider_status)
+            if not status.result.is_terminal:
+                report.running.append(current)
+                continue
+            _download(store, pool, current, status.result, report)
     return report
 
 

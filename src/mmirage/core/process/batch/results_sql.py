@@ -60,15 +60,16 @@ _AT = "(SELECT submitted_at FROM batches WHERE no = {})"
 # The ``since`` of the request keyed (index, tag); '' (every result counts) without one.
 _SINCE = "coalesce((SELECT since FROM requests WHERE source_index = {} AND tag = {}), '')"
 
-# ?1 index, ?2 tag, ?3 batch number, ?4 1 for a resubmission (``retry``), else 0.
+# ?1 index, ?2 tag, ?3 batch number, ?4 1 for a resubmission (``retry``), else 0, ?5 the
+# batch's submitted_at (the caller has it: one lookup less per request).
 # A newer submission (by its receipt's time) becomes the request's latest one; a first
 # submission moves ``since`` up to its time, whatever order the receipts are read in (run ids
 # are random: receipt files are not read in time order); a resubmission keeps it.
 UPSERT_REQUEST = f"""
 INSERT INTO requests (source_index, tag, batch_no, since)
-VALUES (?1, ?2, ?3, CASE WHEN ?4 THEN '' ELSE {_AT.format("?3")} END)
+VALUES (?1, ?2, ?3, CASE WHEN ?4 THEN '' ELSE ?5 END)
 ON CONFLICT (source_index, tag) DO UPDATE SET
-    batch_no = CASE WHEN {_AT.format("excluded.batch_no")} >= {_AT.format("requests.batch_no")}
+    batch_no = CASE WHEN ?5 >= {_AT.format("requests.batch_no")}
                     THEN excluded.batch_no ELSE requests.batch_no END,
     since = CASE WHEN ?4 THEN requests.since ELSE max(requests.since, excluded.since) END
 """
@@ -76,19 +77,31 @@ ON CONFLICT (source_index, tag) DO UPDATE SET
 # ``batch_records.result_line``'s columns, as ?1..?11 (?3 the batch number, ?4 ok). A stale
 # row is never stored; a success is never replaced by a failure, unless the success is stale;
 # anything else takes the newer row.
-UPSERT_RESULT = f"""
+_UPSERT_RESULT = f"""
 INSERT INTO results (source_index, tag, batch_no, ok, text, kind, message, retryable,
                      input_tokens, output_tokens, finish_reason)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11
-WHERE {_AT.format("?3")} >= {_SINCE.format("?1", "?2")}
+{{values}}
 ON CONFLICT (source_index, tag) DO UPDATE SET
     batch_no = excluded.batch_no, ok = excluded.ok, text = excluded.text,
     kind = excluded.kind, message = excluded.message, retryable = excluded.retryable,
     input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens,
     finish_reason = excluded.finish_reason
 WHERE excluded.ok = 1 OR results.ok = 0
-   OR {_AT.format("results.batch_no")} < {_SINCE.format("?1", "?2")}
+   OR {_AT.format("results.batch_no")} < {_SINCE.format("excluded.source_index", "excluded.tag")}
 """
+_VALUES = "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11"
+UPSERT_RESULT = _UPSERT_RESULT.format(
+    values=f"SELECT {_VALUES} WHERE {_AT.format('?3')} >= {_SINCE.format('?1', '?2')}"
+)
+# The same for lines that cannot be stale: no request of theirs was first submitted after
+# their batch (``ResultsStore`` knows from the batches' times and row spans). The common
+# case, in half the time: no two lookups per row, no SELECT to filter them, and
+# ``LINES_PER_UPSERT`` lines a statement (SQLite upserts them one after the other, in order).
+UPSERT_CURRENT_RESULT = _UPSERT_RESULT.format(values=f"VALUES ({_VALUES})")
+LINES_PER_UPSERT = 20
+UPSERT_CURRENT_RESULTS = _UPSERT_RESULT.format(
+    values="VALUES " + ", ".join([f"({', '.join('?' * 11)})"] * LINES_PER_UPSERT)
+)
 
 # Requests of a terminal batch that it returned no result for: recorded as that batch's
 # failure (expired, canceled, failed as a whole, or simply missing), never over a success
@@ -107,14 +120,15 @@ WHERE results.ok = 0
    OR {_AT.format("results.batch_no")} < {_SINCE.format("excluded.source_index", "excluded.tag")}
 """
 
-# Each request of the row span with its latest result, if any and not stale.
-OUTCOME_LINES = f"""
-SELECT q.source_index, q.tag, q.batch_no, r.batch_no, r.ok, r.text, r.kind, r.message,
-       r.retryable, r.input_tokens, r.output_tokens, r.finish_reason
+# Each request of the row span with its ``since`` and its latest result, if any: the caller
+# drops a stale one (it holds every batch's time; a subquery per row here cost a quarter of
+# the query).
+OUTCOME_LINES = """
+SELECT q.source_index, q.tag, q.batch_no, q.since, r.batch_no, r.ok, r.text, r.kind,
+       r.message, r.retryable, r.input_tokens, r.output_tokens, r.finish_reason
 FROM requests AS q LEFT JOIN results AS r
     ON r.source_index = q.source_index AND r.tag = q.tag
-    AND {_AT.format("r.batch_no")} >= q.since
-WHERE q.source_index {{where}}
+WHERE q.source_index {where}
 """
 
 # Every request whose latest result is a failure, not stale, by its latest batch.

@@ -17,7 +17,8 @@ Three tables (stdlib ``sqlite3``, writes in ``executemany`` batches of ``WRITE_B
 * ``results`` — each request → its latest outcome. A success is never replaced by a failure;
   a later success replaces an earlier one, a later failure an earlier failure ("merge takes the
   latest success per row"). A result of a batch submitted before ``since`` answers an earlier
-  version of the request: *stale*, it never counts (SQL in ``results_sql``).
+  version of the request: *stale*, it never counts (SQL in ``results_sql``; ``lookup`` drops
+  one in Python, from the batch times it holds).
 
 A request is keyed by ``(source_index, tag)``, its custom_id ``<tag>-<source_index>`` split
 (``tag`` = ``<output>-<modality>``): rows are read in source order and chunks hold neighbouring
@@ -34,7 +35,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,12 @@ from mmirage.core.process.batch.batch_records import (
 from mmirage.core.process.batch.results_sql import (
     ADDED_COLUMNS,
     FAILED_REQUESTS,
+    LINES_PER_UPSERT,
     MARK_UNANSWERED,
     OUTCOME_LINES,
     SCHEMA,
+    UPSERT_CURRENT_RESULT,
+    UPSERT_CURRENT_RESULTS,
     UPSERT_REQUEST,
     UPSERT_RESULT,
 )
@@ -93,6 +97,7 @@ class ResultsStore:
         self._numbers: dict[tuple[str, str], int] = {}
         self._by_number: dict[int, tuple[str, str]] = {}
         self._spans: dict[int, tuple[int, int]] = {}
+        self._at: dict[int, str] = {}  # batch number → submitted_at: stale checks in Python
         self._read_batches()
 
     def __enter__(self) -> ResultsStore:
@@ -143,6 +148,7 @@ class ResultsStore:
         self._numbers[record.key] = no
         self._by_number[no] = record.key
         self._spans[no] = span
+        self._at[no] = record.submitted_at
 
     def batch(self, provider: str, batch_id: str) -> BatchRecord | None:
         return self._batches.get((provider, batch_id))
@@ -160,6 +166,7 @@ class ResultsStore:
             return False
         no = len(self._numbers) + 1
         low, high = -1, -1
+        at, again = record.submitted_at, int(resubmission)  # ?5: the time the row below gets
         with self._db:
             self._db.execute(
                 "INSERT INTO batches (provider, batch_id, no, processor, modality, spool_path, "
@@ -177,9 +184,7 @@ class ResultsStore:
             )
             for chunk in _chunks(custom_ids, WRITE_BATCH):
                 keys = sorted(split_id(cid) for cid in chunk)
-                self._db.executemany(
-                    UPSERT_REQUEST, [(i, tag, no, int(resubmission)) for i, tag in keys]
-                )
+                self._db.executemany(UPSERT_REQUEST, [(i, tag, no, again, at) for i, tag in keys])
                 low = keys[0][0] if low == -1 else min(low, keys[0][0])
                 high = max(high, keys[-1][0])
             self._db.execute(
@@ -213,11 +218,18 @@ class ResultsStore:
         requests that got none, and mark it fetched — all in one transaction, so an
         interrupted download is simply done again. Returns how many rows were stored."""
         no = self._numbers[(provider, batch_id)]
+        later = self._later_spans(no)
         stored = 0
         with self._db:
             for chunk in _chunks(rows, WRITE_BATCH):
                 lines = sorted(line for row in chunk if (line := result_line(no, row)))
-                self._db.executemany(UPSERT_RESULT, lines)
+                if not lines:
+                    continue
+                low, high = lines[0][0], lines[-1][0]
+                if any(lo <= high and low <= hi for lo, hi in later):  # some may be stale
+                    self._db.executemany(UPSERT_RESULT, lines)
+                else:
+                    self._upsert_current(lines)
                 stored += len(lines)
             low, high = self._spans[no]
             self._db.execute(MARK_UNANSWERED, (*unanswered, low, high, no))
@@ -225,6 +237,21 @@ class ResultsStore:
         record = self._batches[(provider, batch_id)]
         self._batches[record.key] = replace(record, fetched=True)
         return stored
+
+    def _upsert_current(self, lines: list[tuple[Any, ...]]) -> None:
+        """Lines that cannot be stale, in order: ``LINES_PER_UPSERT`` a statement, the rest
+        one by one (binding a line costs less than running a statement)."""
+        whole = len(lines) - len(lines) % LINES_PER_UPSERT
+        groups = (lines[i : i + LINES_PER_UPSERT] for i in range(0, whole, LINES_PER_UPSERT))
+        self._db.executemany(UPSERT_CURRENT_RESULTS, (tuple(chain(*g)) for g in groups))
+        self._db.executemany(UPSERT_CURRENT_RESULT, lines[whole:])
+
+    def _later_spans(self, no: int) -> list[tuple[int, int]]:
+        """The row spans of the batches submitted after batch ``no``. A request's ``since`` is
+        the time of a batch holding it (or ''), so a result of batch ``no`` whose row is in
+        none of these spans cannot be stale: it is stored without the per-row check."""
+        at = self._at[no]
+        return [self._spans[n] for n, later in self._at.items() if later > at]
 
     def lookup(self, custom_ids: Sequence[str]) -> dict[str, RequestOutcome]:
         """The latest outcome of each id (every id gets one)."""
@@ -234,28 +261,36 @@ class ResultsStore:
             cid = wanted.get((line[0], line[1]))
             if cid is not None:
                 found[cid] = self._outcome(cid, line)
-        for cid in custom_ids:
-            if cid not in found:
-                found[cid] = RequestOutcome(
-                    cid, MISSING, message="no batch receipt names this request"
-                )
+        if len(found) < len(wanted):  # ids are distinct keys: all found when as many
+            for cid in custom_ids:
+                if cid not in found:
+                    found[cid] = RequestOutcome(
+                        cid, MISSING, message="no batch receipt names this request"
+                    )
         return found
 
-    def _outcome_lines(self, indices: list[int]) -> Iterator[tuple[Any, ...]]:
+    def _outcome_lines(self, indices: list[int]) -> Iterable[tuple[Any, ...]]:
         """The requests of these row numbers with their results: one range scan when they are
-        dense (rows read in order), else lookups ``_IN_BATCH`` numbers at a time."""
+        dense (rows read in order; its cursor as it is: no step of ours per line), else
+        lookups ``_IN_BATCH`` numbers at a time."""
         if not indices:
-            return
+            return ()
         if indices[-1] - indices[0] < 4 * len(indices) + 16:
             sql = OUTCOME_LINES.format(where="BETWEEN ? AND ?")
-            yield from self._db.execute(sql, (indices[0], indices[-1]))
-            return
+            return self._db.execute(sql, (indices[0], indices[-1]))
+        return self._sparse_outcome_lines(indices)
+
+    def _sparse_outcome_lines(self, indices: list[int]) -> Iterator[tuple[Any, ...]]:
         for chunk in _chunks(indices, _IN_BATCH):
             sql = OUTCOME_LINES.format(where=f"IN ({','.join('?' * len(chunk))})")
             yield from self._db.execute(sql, chunk)
 
     def _outcome(self, cid: str, line: tuple[Any, ...]) -> RequestOutcome:
-        _, _, latest, result_no, ok, text, kind, message, retryable, tin, tout, finish = line
+        _, _, latest, since, result_no, ok, text, kind, message, retryable, tin, tout, finish = line
+        if result_no is not None:
+            at = self._at.get(result_no)
+            if at is None or at < since:  # stale (see results_sql): as if there were none
+                result_no = ok = None
         if ok:
             return RequestOutcome(
                 cid, SUCCEEDED, text, input_tokens=tin, output_tokens=tout, finish_reason=finish
