@@ -21,8 +21,8 @@ def digest(key: str, prompt: str = "p", identity: bytes = IDENTITY) -> bytes:
     return request_digest(identity, key, prompt)
 
 
-def opened(folder: Path, *, fresh: bool = False) -> AnswerStore:
-    store = AnswerStore(folder, "shard-0-of-1")
+def opened(folder: Path, *, fresh: bool = False, name: str = "shard-0-of-1") -> AnswerStore:
+    store = AnswerStore(folder, name)
     store.open(fresh=fresh)
     return store
 
@@ -85,7 +85,8 @@ def test_a_fresh_run_sets_the_old_answers_aside_so_its_resume_finds_only_its_own
     with opened(tmp_path) as store:  # the resume, without the flag
         found = store.find("a", keys, [digest(key) for key in keys])
     assert {at: result.value for at, result in found.items()} == {0: "new"}
-    assert (tmp_path / "shard-0-of-1.before-fresh.sqlite").exists()  # kept, never read
+    with opened(tmp_path, name="shard-0-of-1.before-fresh") as aside:  # kept whole, unread
+        assert len(aside.find("a", keys, [digest(key) for key in keys])) == 2
 
 
 def test_a_torn_last_line_is_left_out_with_one_warning(
@@ -146,7 +147,5 @@ def test_a_fresh_run_after_a_kill_does_not_glue_its_first_answer_to_a_torn_line(
         keys = ["0::1", "0::2", "0::3"]
         found = store.find("a", keys, [digest(k) for k in keys])
     assert {at: result.value for at, result in found.items()} == {2: "new"}
-    aside = AnswerStore(tmp_path, "shard-0-of-1.before-fresh")
-    aside.open()
-    with aside:
+    with opened(tmp_path, name="shard-0-of-1.before-fresh") as aside:
         assert aside.find("a", keys, [digest(k) for k in keys])[0].value == "kept"

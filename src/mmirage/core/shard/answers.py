@@ -81,11 +81,13 @@ class AnswerStore:
 
     def open(self, *, fresh: bool = False) -> None:
         """Fold what earlier runs logged into the index, for this run's lookups. ``fresh``
-        (``--fresh``): the index goes aside as ``<shard>.before-fresh.sqlite`` and this run
-        finds nothing; what it asks is all a resumed run will find. A first run (nothing
-        stored) opens no index."""
+        (``--fresh``): the store goes aside whole, unread, as the store
+        ``<shard>.before-fresh`` (its log and index), and this run finds nothing; what it asks
+        is all a resumed run will find. A first run (nothing stored) opens no index."""
         with writing(self.log_path.parent, STORE_DIR):
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            if fresh:
+                self._set_aside_for_fresh()
         if _size(self.log_path) or self.index_path.exists():
             self._db = self._connect()
             try:
@@ -95,9 +97,6 @@ class AnswerStore:
                 )
             except sqlite3.DatabaseError as exc:
                 self._set_aside(exc)
-            if fresh:
-                self._move_index(self.index_path.with_suffix(".before-fresh.sqlite"))
-                self._db, self.lookups = None, False
         with writing(self.log_path, STORE_DIR):
             _cut_torn_tail(self.log_path)  # else the next line would be glued to it
             self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -139,6 +138,18 @@ class AnswerStore:
         self._move_index(self.index_path.with_name(self.index_path.name + ".damaged"))
         self._db = self._schema(sqlite3.connect(self.index_path, isolation_level=None))
         return self._db
+
+    def _set_aside_for_fresh(self) -> None:
+        """Every file of the store to ``<shard>.before-fresh.*``, replacing an earlier set
+        whole (a log of one generation is never folded into the index of another)."""
+        stem = self.log_path.with_suffix("")
+        pairs = [(Path(f"{self.index_path}{x}"), "sqlite" + x) for x in ("", "-wal", "-shm")]
+        pairs.append((self.log_path, "log"))
+        for _, ending in pairs:
+            Path(f"{stem}.before-fresh.{ending}").unlink(missing_ok=True)
+        for path, ending in pairs:
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path, f"{stem}.before-fresh.{ending}")
 
     def _move_index(self, aside: Path) -> None:
         """Close the index and move its files to ``aside`` (replacing what is there)."""
