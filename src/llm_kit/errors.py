@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 
 class LLMKitError(Exception):
@@ -93,13 +93,18 @@ class SavableJob(Protocol):
         ...
 
 
-class BatchSubmitError(LLMKitError):
-    """Some batches of a job were created before a failure; ``job`` holds them (the
-    ``llm_kit.batch.BatchJob`` that ``submit_batch`` was making)."""
+JobT = TypeVar("JobT", bound=SavableJob)
 
-    def __init__(self, message: str, job: SavableJob) -> None:
+
+class BatchSubmitError(LLMKitError, Generic[JobT]):
+    """Some batches of a job were created before a failure; ``job`` holds them (the
+    ``llm_kit.batch.BatchJob`` that ``submit_batch`` was making). Generic over the job's
+    type, so that ``except BatchSubmitError as exc: llm.resubmit_failed(exc.job)`` type-checks
+    although this module cannot name ``BatchJob`` (the job module raises these errors)."""
+
+    def __init__(self, message: str, job: JobT) -> None:
         super().__init__(message)
-        self.job = job
+        self.job: JobT = job
 
 
 class BatchNotFinishedError(LLMKitError):
