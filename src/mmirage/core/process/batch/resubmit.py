@@ -119,7 +119,6 @@ class _Resubmitter:
         self.pool = pool
         self.run_id = run_id
         self.run_dir = run_dir
-        self.stamp = (run_dir.pipeline_id, run_dir.fingerprint)
         self.root = run_dir.batch_dir() / f"{RETRY_PREFIX}{run_id}"
         self.creator = ChunkCreator(run_dir.batch_dir())
         self._targets: dict[tuple[str, str], _Target] = {}
@@ -210,7 +209,7 @@ class _Resubmitter:
                 modality=modality,
                 processor=target.record.processor or "batch_api",
                 run_id=self.run_id,
-                stamp=self.stamp,
+                run_dir=self.run_dir,
                 retry_of=origins,
             )
             record_receipt(chunk, receipt, receipts)

@@ -51,7 +51,7 @@ def retry_receipt(
     modality: str | None,
     processor: str,
     run_id: str,
-    stamp: tuple[str, str],
+    run_dir: RunDir,
     retry_of: Sequence[str],
 ) -> dict[str, Any]:
     """The receipt of a retry's chunk; its shard fields are null (a retry chunk may hold
@@ -72,8 +72,8 @@ def retry_receipt(
         run_id=run_id,
         shard_id=None,
         num_shards=None,
-        pipeline_id=stamp[0],
-        fingerprint=stamp[1],
+        pipeline_id=run_dir.pipeline_id,
+        fingerprint=run_dir.fingerprint,
     )
     receipt["retry_of"] = list(retry_of)
     return receipt
@@ -89,7 +89,6 @@ def settle_interrupted_retries(
     how many batches were adopted."""
     processors = {p.name or p.type: p for p in batch_processors(config)}
     adopted = 0
-    stamp = (run_dir.pipeline_id, run_dir.fingerprint)
     for path in sorted(run_dir.batch_dir().glob(f"{RETRY_PREFIX}*/*/*/chunk-*.jsonl")):
         chunk = SpooledChunk(int(path.stem.removeprefix("chunk-")), path)
         modality, name = path.parent.name, path.parent.parent.name
@@ -131,7 +130,7 @@ def settle_interrupted_retries(
             modality=modality,
             processor=name,
             run_id=run_id,
-            stamp=stamp,
+            run_dir=run_dir,
             retry_of=intent.retry_of,
         )
         record_receipt(chunk, receipt, receipts)
