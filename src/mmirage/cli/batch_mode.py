@@ -34,7 +34,6 @@ from mmirage.core.process.batch.collector import (
     AdapterPool,
     BatchStatus,
     open_store,
-    pipeline_key,
     poll,
     receipt_files,
     require_batches,
@@ -109,10 +108,10 @@ def batch_check(
     def work() -> int:
         paths = receipt_files(run_dir, metadata_paths, str(config_path or config.config_path))
         # Receipts named by hand are checked whatever made them; found ones must be ours.
-        key = None if metadata_paths else pipeline_key(run_dir, config)
+        pool = AdapterPool(config)
+        key = None if metadata_paths else pool.pipeline_key(run_dir)
         scan = scan_receipts(paths, only=key)
         require_batches(scan, paths)
-        pool = AdapterPool(config)
         pool.check_providers(scan.records)
         interval = poll_interval or config.execution_params.poll_interval_seconds
         if wait:
@@ -217,10 +216,10 @@ def batch_merge(
 
     def work() -> int:
         paths = receipt_files(run_dir, metadata_paths, str(config.config_path))
+        pool = AdapterPool(config)
         with open_store(run_dir) as store:
-            scan = scan_receipts(paths, store, only=pipeline_key(run_dir, config))
+            scan = scan_receipts(paths, store, only=pool.pipeline_key(run_dir))
             require_batches(scan, paths)
-            pool = AdapterPool(config)
             pool.check_providers(scan.records)
             todo = [r for r in scan.records if not (store.batch(*r.key) or r).fetched]
         statuses = None
@@ -235,7 +234,7 @@ def batch_merge(
         for line in _totals_lines(totals):
             click.echo(line)
         _echo_running(fetch, len(scan.records))
-        unusable = _unusable_results(totals, config)
+        unusable = _unusable_results(totals, config.config_path)
         for message in unusable:
             _error(message)
         return 1 if fetch.errors or unusable else 0
@@ -243,7 +242,7 @@ def batch_merge(
     return _one_sentence(work)
 
 
-def _unusable_results(totals: MergeTotals, config: MMirageConfig) -> list[str]:
+def _unusable_results(totals: MergeTotals, config_path: str | None) -> list[str]:
     """One sentence per kind of request the merged file holds no value for (those still
     running are not counted: rerunning merge brings them in)."""
     requests = totals.requests
@@ -254,7 +253,7 @@ def _unusable_results(totals: MergeTotals, config: MMirageConfig) -> list[str]:
         parts = ", ".join(f"{requests[kind]} {kind}" for kind in kinds if requests[kind])
         messages.append(
             f"{redo} request(s) have no result in the merged file ({parts}); "
-            f"'mmirage retry --config {config.config_path or 'CONFIG'}' resubmits them, then "
+            f"'mmirage retry --config {config_path or 'CONFIG'}' resubmits them, then "
             "merge again"
         )
     if requests[INVALID]:

@@ -159,11 +159,6 @@ class PipelineKey:
     endpoints: frozenset[str]
 
 
-def pipeline_key(run_dir: RunDir, config: MMirageConfig) -> PipelineKey:
-    endpoints = frozenset(endpoint(p.provider_config) for p in batch_processors(config))
-    return PipelineKey(run_dir.pipeline_id, run_dir.fingerprint, endpoints)
-
-
 def scan_receipts(
     paths: Iterable[str],
     store: ResultsStore | None = None,
@@ -212,6 +207,11 @@ class AdapterPool:
         self.config = config
         self._processors = {_key(p): p for p in batch_processors(config)}
         self._adapters: dict[str, BatchSubmissionAdapter] = {}
+
+    def pipeline_key(self, run_dir: RunDir) -> PipelineKey:
+        """Which receipts are this pipeline's: its run identity and the endpoints it sends to."""
+        endpoints = frozenset(endpoint(p.provider_config) for p in self._processors.values())
+        return PipelineKey(run_dir.pipeline_id, run_dir.fingerprint, endpoints)
 
     def processor_for(self, record: BatchRecord) -> BatchApiProcessorConfig:
         named = self._processors.get(record.processor or "")
@@ -322,7 +322,6 @@ __all__ = [
     "ReceiptScan",
     "one_sentence",
     "open_store",
-    "pipeline_key",
     "poll",
     "receipt_files",
     "require_batches",

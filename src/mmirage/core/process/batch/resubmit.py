@@ -38,7 +38,6 @@ from mmirage.core.process.batch.collector import (
     CollectorError,
     one_sentence,
     open_store,
-    pipeline_key,
     receipt_files,
     scan_receipts,
 )
@@ -88,7 +87,7 @@ def retry_failed(
         resubmitter = _Resubmitter(run_dir, pool, run_id)
         # First the batches an interrupted retry created: their requests are not failed.
         settle_interrupted_retries(config, run_dir, pool, resubmitter.creator)
-        key = pipeline_key(run_dir, config)
+        key = pool.pipeline_key(run_dir)
         scan = scan_receipts(
             receipt_files(run_dir, config_path=str(config.config_path)), store, only=key
         )
