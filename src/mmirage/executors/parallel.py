@@ -130,9 +130,10 @@ class ParallelRun:
 
     def _argv(self, shard_id: int) -> list[str]:
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
-        # One run id for all the children: batch receipts of this run share it.
+        # One run id for all the children: batch receipts of this run share it. -P: a
+        # module in the working directory (a stray click.py) must not shadow the installed ones.
         return [
-            sys.executable, "-m", "mmirage", "--log-level", level, self.command,
+            sys.executable, "-P", "-m", "mmirage", "--log-level", level, self.command,
             str(self.config_path), "--shard-id", str(shard_id), "--run-id", self.run_id,
             "--stats", *self.extra,
         ]  # fmt: skip

@@ -7,8 +7,11 @@ absent from the answer, never a reason to wait forever.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -64,9 +67,6 @@ class TaskInfo:
         return self.state in ACTIVE_STATES
 
 
-Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
 def _one_sentence(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return "; ".join(re.sub(r"^(sbatch|squeue|sacct|scancel): error: ", "", ln) for ln in lines)
@@ -100,58 +100,94 @@ def parse_rows(lines: Iterable[str]) -> dict[tuple[str, int], TaskInfo]:
     return found
 
 
+def run_bounded(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``argv``'s answer, or exit 124 once ``timeout_s`` has passed. The command runs in a
+    session of its own, killed whole on timeout: a wrapper script's child that holds the
+    pipes open would otherwise keep the caller waiting past any timeout."""
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return subprocess.CompletedProcess(argv, 124, "", f"no answer within {timeout_s:.0f} s")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+Runner = Callable[[Sequence[str], float], subprocess.CompletedProcess[str]]
+
+
 class SlurmClient:
-    """sbatch / squeue / sacct / scancel, with bounded retries for the queries."""
+    """sbatch / squeue / sacct / scancel. A query that fails or hangs is asked again with
+    backoff within ``budget_s`` in all (calls and waits together), then given up."""
 
     def __init__(
         self,
         *,
-        attempts: int = 6,
-        backoff_s: float = 1.0,
-        timeout_s: float = 60.0,
-        run: Runner = subprocess.run,
+        budget_s: float = 30.0,
+        call_timeout_s: float = 10.0,
+        submit_timeout_s: float = 60.0,
+        run: Runner = run_bounded,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.attempts, self.backoff_s, self.timeout_s = attempts, backoff_s, timeout_s
-        self._run, self._sleep = run, sleep
+        self.budget_s, self.call_timeout_s = budget_s, call_timeout_s
+        self.submit_timeout_s = submit_timeout_s
+        self._run, self._sleep, self._clock = run, sleep, clock
         self._accounting: bool | None = None  # unknown until sacct answers once
 
     @staticmethod
     def installed() -> bool:
         return shutil.which("sbatch") is not None
 
-    def _call(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    def _call(self, argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
         try:
-            return self._run(
-                list(argv), capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
+            return self._run(argv, timeout_s)
         except FileNotFoundError:
             raise SlurmUnavailableError(f"{argv[0]} is not on PATH") from None
-        except subprocess.TimeoutExpired:
-            return subprocess.CompletedProcess(argv, 124, "", f"timed out after {self.timeout_s}s")
 
-    def _query(self, argv: Sequence[str], *, ok_when: re.Pattern[str] | None = None) -> list[str]:
-        """Lines of a query's answer, retrying a failure with backoff (bounded)."""
-        delay, problem = self.backoff_s, ""
-        for attempt in range(self.attempts):
-            done = self._call(argv)
+    def _query(
+        self, argv: Sequence[str], *, deadline: float, gives_up_when: re.Pattern[str] | None = None
+    ) -> list[str] | None:
+        """Lines of a query's answer, asking again with backoff until ``deadline``; ``None``
+        when its error matches ``gives_up_when`` (an answer in itself)."""
+        delay, asked, problem = 1.0, 0, ""
+        while True:
+            left = deadline - self._clock()
+            done = self._call(argv, max(1.0, min(self.call_timeout_s, left)))
+            asked += 1
             if done.returncode == 0:
                 return done.stdout.splitlines()
-            if ok_when is not None and ok_when.search(done.stderr):
-                return []
+            if gives_up_when is not None and gives_up_when.search(done.stderr):
+                return None
             problem = _one_sentence(done.stderr or done.stdout) or f"exit {done.returncode}"
-            if attempt + 1 < self.attempts:
-                self._sleep(delay)
-                delay = min(delay * 2, 30.0)
+            left = deadline - self._clock()
+            if left <= 1.0:
+                break
+            self._sleep(min(delay, left - 1.0))
+            delay = min(delay * 2, 8.0)
         raise SlurmUnavailableError(
-            f"{argv[0]} failed {self.attempts} times ({problem}); the jobs keep running: "
-            "run `mmirage check CONFIG` once SLURM answers again"
+            f"{argv[0]} failed {asked} times in {self.budget_s:.0f} s ({problem}); the jobs "
+            "keep running: run `mmirage check CONFIG` once SLURM answers again"
         )
 
     def submit(self, script: Path) -> str:
         """Submit ``script``; its job id. Never retried: a retry after a lost answer could
         submit the array twice."""
-        done = self._call(["sbatch", "--parsable", str(script)])
+        done = self._call(["sbatch", "--parsable", str(script)], self.submit_timeout_s)
+        if done.returncode == 124:
+            raise SlurmUnavailableError(
+                f"sbatch gave no answer within {self.submit_timeout_s:.0f} s; the job may have "
+                "been submitted: look with `squeue --me` before running again"
+            )
         if done.returncode != 0:
             message = _one_sentence(done.stderr or done.stdout) or f"exit {done.returncode}"
             raise SlurmRejectedError(f"sbatch refused the job: {message}")
@@ -166,27 +202,22 @@ class SlurmClient:
         ids = ",".join(sorted(set(job_ids)))
         if not ids:
             return {}
-        found = parse_rows(
-            self._query(
-                ["squeue", "-h", "-r", "-t", "all", "-j", ids, "-o", "%i|%T|%M|%r"],
-                ok_when=_PURGED,
-            )
-        )
+        deadline = self._clock() + self.budget_s  # squeue and sacct together
+        squeue = ["squeue", "-h", "-r", "-t", "all", "-j", ids, "-o", "%i|%T|%M|%r"]
+        found = parse_rows(self._query(squeue, deadline=deadline, gives_up_when=_PURGED) or [])
         if self._accounting is not False:
-            found = {**self._sacct(ids), **found}  # squeue is the fresher of the two
+            found = {**self._sacct(ids, deadline), **found}  # squeue is the fresher of the two
         return found
 
-    def _sacct(self, ids: str) -> dict[tuple[str, int], TaskInfo]:
+    def _sacct(self, ids: str, deadline: float) -> dict[tuple[str, int], TaskInfo]:
         argv = ["sacct", "-n", "-P", "-X", "-j", ids, "-o", "JobID,State,Elapsed,Reason"]
-        done = self._call(argv)
-        if done.returncode != 0 and _NO_ACCOUNTING.search(done.stderr):
+        lines = self._query(argv, deadline=deadline, gives_up_when=_NO_ACCOUNTING)
+        if lines is None:
             self._accounting = False  # this cluster keeps no accounting: ask squeue only
             return {}
-        if done.returncode != 0:
-            return parse_rows(self._query(argv))
         self._accounting = True
-        return parse_rows(done.stdout.splitlines())
+        return parse_rows(lines)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         if job_ids:
-            self._query(["scancel", *job_ids])
+            self._query(["scancel", *job_ids], deadline=self._clock() + self.budget_s)

@@ -1,5 +1,5 @@
 """The SLURM job script of a submission: an array with one task per shard, each task running
-``<this interpreter> -m mmirage run <config> --shard-id $SLURM_ARRAY_TASK_ID``.
+``<this interpreter> -P -m mmirage run <config> --shard-id $SLURM_ARRAY_TASK_ID``.
 
 Everything is in ``#SBATCH`` lines, so the file written to the state folder is exactly what ran
 (``sbatch --parsable FILE``); a pip install is enough on the nodes, no source checkout.
@@ -96,8 +96,10 @@ def _directives(ep: ExecutionParams, spec: JobSpec) -> list[str]:
 
 
 def task_command(ep: ExecutionParams, spec: JobSpec) -> str:
+    # -P: the task's --chdir (project_root) holds the user's files, never code to import.
     argv = [
         spec.python,
+        "-P",
         "-m",
         "mmirage",
         "--log-level",

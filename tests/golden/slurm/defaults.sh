@@ -18,4 +18,4 @@ set -eo pipefail
 export MMIRAGE_SLURM_DEADLINE=$(( $(date +%s) + 43199 ))
 export MMIRAGE_SLURM_KILL_WAIT=$(scontrol show config 2>/dev/null | sed -n 's/^KillWait *= *\([0-9]*\).*/\1/p')
 export HF_HOME=/h
-exec /opt/venv/bin/python -m mmirage --log-level WARNING run /data/pipelines/caption.yaml --shard-id "$SLURM_ARRAY_TASK_ID"
+exec /opt/venv/bin/python -P -m mmirage --log-level WARNING run /data/pipelines/caption.yaml --shard-id "$SLURM_ARRAY_TASK_ID"

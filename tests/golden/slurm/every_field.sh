@@ -27,4 +27,4 @@ export MMIRAGE_SLURM_KILL_WAIT=$(scontrol show config 2>/dev/null | sed -n 's/^K
 module load cuda/12.4
 source /opt/venv/bin/activate
 export HF_HOME=/scratch/hf
-exec srun --environment=/etc/edf/env.toml /opt/venv/bin/python -m mmirage --log-level WARNING run /data/pipelines/caption.yaml --shard-id "$SLURM_ARRAY_TASK_ID"
+exec srun --environment=/etc/edf/env.toml /opt/venv/bin/python -P -m mmirage --log-level WARNING run /data/pipelines/caption.yaml --shard-id "$SLURM_ARRAY_TASK_ID"

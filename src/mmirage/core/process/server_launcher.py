@@ -75,7 +75,8 @@ _VLLM_FLAGS = {
 # Set by the launcher itself: a value for these in extra_engine_args would break the wiring.
 _OWNED = {"model_path", "model", "host", "port", "api_key", "served_model_name"}
 
-# Runs first in the server's process: die with the shard (even by SIGKILL), then exec the engine.
+# Runs first in the server's process: die with the shard (even by SIGKILL), then exec the engine
+# (-P both times: the working directory is not importable).
 _TRAMPOLINE = """\
 import ctypes, os, signal, sys
 try:
@@ -84,7 +85,7 @@ except (OSError, AttributeError):
     pass  # not Linux: stop() and atexit still stop the server
 if os.getppid() != int(sys.argv[1]):  # the shard died before prctl took effect
     sys.exit(1)
-os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+os.execv(sys.executable, [sys.executable, "-P", *sys.argv[2:]])
 """
 
 
@@ -320,7 +321,7 @@ def launch_server(config: LLMProcessorConfig, log_dir: Path | None = None) -> La
         log_file.write(f"$ {shown}\n".encode())
         log_file.flush()
         process = subprocess.Popen(
-            [sys.executable, "-c", _TRAMPOLINE, str(os.getpid()), *argv],
+            [sys.executable, "-P", "-c", _TRAMPOLINE, str(os.getpid()), *argv],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
