@@ -7,14 +7,17 @@ from typing import Any
 
 import orjson
 
+from llm_kit import provider_json
 from llm_kit.dialect_choice import DialectChoice
 from llm_kit.errors import ProviderError
 from llm_kit.providers.base import Backend, Codec, Completion
 from llm_kit.ratelimit import RateLimiter
-from llm_kit.redact import redact_text
+from llm_kit.redact import clip, redact_text
 from llm_kit.schema import ResponseSchema
 from llm_kit.transport import HttpTransport
 from llm_kit.types import Message
+
+_QUOTED_BODY = 120  # characters of an unreadable answer quoted in its error, at most
 
 
 class HttpBackend(Backend):
@@ -66,9 +69,12 @@ class HttpBackend(Backend):
         if status >= 400:
             raise self.codec.error(status, headers, raw)
         try:
-            return self.codec.decode(orjson.loads(raw))
+            return self.codec.decode(provider_json.loads(raw))
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            quoted = redact_text(repr(raw[:120]), self.transport.secrets)
+            # Redacted whole, then cut: a cut first could keep most of a key that no
+            # redactor then recognises.
+            text = redact_text(raw.decode("utf-8", "replace"), self.transport.secrets)
+            quoted = repr(clip(text, _QUOTED_BODY))
             raise ProviderError(
                 f"{self.codec.name} sent an answer that does not parse ({type(exc).__name__}: "
                 f"{exc}): {quoted}",

@@ -9,6 +9,7 @@ import logging
 from llm_kit.dialects import DIALECTS, Dialect
 from llm_kit.errors import ConfigError
 from llm_kit.providers.registry import provider_spec
+from llm_kit.redact import redact_text
 
 logger = logging.getLogger(__name__)
 
@@ -18,6 +19,7 @@ class DialectChoice:
 
     def __init__(self, base_url: str, chain: tuple[Dialect, ...]) -> None:
         self.base_url = base_url
+        self._where = redact_text(base_url)  # for the log: a URL may carry ?key=…
         self._chain = chain
         self._index = 0
         self._announced = False
@@ -39,7 +41,7 @@ class DialectChoice:
         self._index = position + 1
         logger.info(
             "%s refused structured output as %s (HTTP %d); trying %s",
-            self.base_url,
+            self._where,
             dialect.name,
             status,
             self.current.name,
@@ -50,7 +52,7 @@ class DialectChoice:
         """Say once which dialect this server answers."""
         if not self._announced:
             self._announced = True
-            logger.info("structured output for %s: %s", self.base_url, dialect.name)
+            logger.info("structured output for %s: %s", self._where, dialect.name)
 
 
 _CHOICES: dict[tuple[str, str], DialectChoice] = {}

@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from llm_kit.errors import ItemError
+from llm_kit.redact import clip, redact_text
 
 # The largest image sent inline: the providers' own per-image limits are of this order.
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -97,6 +98,10 @@ def _read_image(
             f"cannot read image {shown!r} ({exc.strerror or type(exc).__name__}); check that "
             "the file exists and is readable, or pass an http(s) or data: URL"
         ) from None
+    except ValueError:  # a NUL byte, which no file name can hold
+        raise ItemError(
+            f"image path {shown!r} holds a NUL byte, which no file name can; fix the path"
+        ) from None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
@@ -141,7 +146,7 @@ def describe_image(url: str) -> str:
         media_type = url[5:].split(";", 1)[0].split(",", 1)[0]
         known = _MIME.fullmatch(media_type) and len(media_type) <= 60
         return f"an inline {media_type if known else 'data:'} image"
-    return repr(url[:200])
+    return repr(clip(redact_text(url), 200))  # a URL may carry ?key=…
 
 
 def split_data_url(url: str) -> tuple[str, str]:

@@ -12,6 +12,11 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from llm_kit.errors import ItemError, ResponseValidationError
+from llm_kit.provider_json import mend
+from llm_kit.redact import clip, redact_text
+
+# Characters of a rejected answer quoted in its error, at most (redacted first, then cut).
+_QUOTED_ANSWER = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +109,7 @@ def parse_response(text: str | None, model: type[BaseModel]) -> BaseModel:
         return model.model_validate(_loads_lenient(_strip_fence(text)))
     except orjson.JSONDecodeError as exc:
         raise ResponseValidationError(
-            f"the answer is not valid JSON ({exc}): {text[:120]!r}"
+            f"the answer is not valid JSON ({exc}): {clip(redact_text(text), _QUOTED_ANSWER)!r}"
         ) from None
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -126,7 +131,8 @@ def _loads_lenient(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError as first:
         try:
-            return json.loads(text, strict=False)
+            # A lone surrogate escape is read too, as U+FFFD (llm_kit.provider_json).
+            return mend(json.loads(text, strict=False))
         except json.JSONDecodeError:
             raise first from None
 

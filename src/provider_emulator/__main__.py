@@ -38,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--responder",
         choices=RESPONDERS,
-        help="echo (default), local (embedded model) or verbatim (the prompt itself)",
+        help="echo (default), local (embedded model), verbatim (the prompt itself) or escapes "
+        "(the prompt with its \\uXXXX escapes decoded)",
     )
     add(
         "--dialect",

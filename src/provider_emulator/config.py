@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, NamedTuple
 
-ResponderName = Literal["echo", "local", "verbatim"]
-RESPONDERS: tuple[ResponderName, ...] = ("echo", "local", "verbatim")
+ResponderName = Literal["echo", "local", "verbatim", "escapes"]
+RESPONDERS: tuple[ResponderName, ...] = ("echo", "local", "verbatim", "escapes")
 # When JSON answers miss the requested schema on purpose (responder.OffSchemaResponder).
 InvalidJson = Literal["never", "first", "always"]
 INVALID_JSON: tuple[InvalidJson, ...] = ("never", "first", "always")

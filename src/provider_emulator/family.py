@@ -23,6 +23,7 @@ from provider_emulator.faults import Fault
 from provider_emulator.limits import BudgetState
 from provider_emulator.responder import Prompt, Reply
 from provider_emulator.state import EmulatorState
+from provider_emulator.wire_json import dumps
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def retry_headers(wait_s: float) -> dict[str, str]:
 def json_response(
     data: Any, status: int = 200, headers: Mapping[str, str] = JSON_HEADERS
 ) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, headers=headers)
+    return web.Response(body=dumps(data), status=status, headers=headers)
 
 
 class Family(ABC):

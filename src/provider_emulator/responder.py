@@ -7,6 +7,7 @@ own response shape, so a responder never sees a wire format.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ _CHARS_PER_TOKEN = 4  # the emulator's flat token estimate
 # What a model that ignores the schema says: JSON, but no object of any schema's fields.
 OFF_SCHEMA_TEXT = '["this answer does not follow the requested schema"]'
 _INSTALL_LOCAL = "pip install 'mmirage[local]'"
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")  # what the ``escapes`` responder decodes
 
 
 @dataclass(slots=True)
@@ -98,6 +100,16 @@ class VerbatimResponder:
 
     async def respond(self, prompt: Prompt) -> Reply:
         text = prompt.last_user_text()
+        return Reply(text, prompt.input_tokens, len(text) // 4 + 1)
+
+
+class EscapesResponder:
+    """The last user text with its ``\\uXXXX`` escapes decoded, as plain text: a test makes the
+    model say any code point, a lone UTF-16 surrogate included (which a request, being valid
+    UTF-8, cannot carry; the answer's JSON then holds it as an escape, see ``wire_json``)."""
+
+    async def respond(self, prompt: Prompt) -> Reply:
+        text = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), prompt.last_user_text())
         return Reply(text, prompt.input_tokens, len(text) // 4 + 1)
 
 
@@ -177,6 +189,7 @@ _RESPONDERS: dict[str, Callable[[], Responder]] = {
     "echo": EchoResponder,
     "local": LocalResponder,
     "verbatim": VerbatimResponder,
+    "escapes": EscapesResponder,
 }
 
 

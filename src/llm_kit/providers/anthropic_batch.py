@@ -6,8 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from llm_kit import provider_json
 from llm_kit.providers.batch_backend import (
     BatchBackend,
     BatchLimits,
@@ -113,7 +112,7 @@ class AnthropicBatchBackend(BatchBackend):
             yield outcome
 
     def _decode(self, line: bytes) -> Outcome:
-        record = orjson.loads(line)
+        record = provider_json.loads(line)
         custom_id = str(record["custom_id"])
         result = record.get("result") or {}
         kind = result.get("type")

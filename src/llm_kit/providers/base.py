@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import orjson
 
 from llm_kit.errors import ProviderError
+from llm_kit.redact import clip
 from llm_kit.schema import ResponseSchema
 from llm_kit.types import Completion, Message, RateLimitInfo
 
@@ -28,6 +29,8 @@ _REQUEST_VALIDATION = re.compile(
     r"|'loc': \(",
     re.IGNORECASE,
 )
+# Characters of an error body quoted in its message, at most (the transport redacted it whole).
+_QUOTED_BODY = 300
 
 
 class Codec(ABC):
@@ -96,13 +99,13 @@ class Codec(ABC):
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
-            text = body.decode("utf-8", "replace").strip()[:300]
+            text = clip(body.decode("utf-8", "replace").strip(), _QUOTED_BODY)
             return text or "no message", f"http_{status}"
         error = data.get("error") if isinstance(data, dict) else None
         if isinstance(error, dict):
             kind = error.get("code") or error.get("type") or error.get("status")
             return str(error.get("message") or error), str(kind or f"http_{status}")
-        return str(data)[:300], f"http_{status}"
+        return clip(str(data), _QUOTED_BODY), f"http_{status}"
 
 
 class Backend(ABC):

@@ -12,10 +12,11 @@ from typing import Any
 
 import orjson
 
+from llm_kit import provider_json
 from llm_kit.errors import ConfigError, ProviderError
 from llm_kit.providers.base import Codec, Completion
 from llm_kit.providers.batch_types import BatchCounts, JobState, ProviderBatch
-from llm_kit.redact import redact_text
+from llm_kit.redact import redact, redact_text
 from llm_kit.transport import HttpTransport
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,8 @@ class BatchBackend(ABC):
     async def call(
         self, method: str, path: str, *, what: str, **kwargs: Any
     ) -> tuple[Mapping[str, str], Any]:
-        """A JSON call; an error answer becomes a ProviderError naming what was attempted."""
+        """A JSON call; an error answer becomes a ProviderError naming what was attempted.
+        The answer comes back redacted: a provider's answer is never trusted to hold no key."""
         status, headers, body = await self.http.request(method, path, **kwargs)
         if status == 404:
             raise ConfigError(
@@ -179,7 +181,8 @@ class BatchBackend(ABC):
                 retryable=error.retryable,
                 retry_after=error.retry_after,
             )
-        return headers, orjson.loads(body) if body else None
+        # Redacted as decoded: a failed batch's errors, say, may quote the key, escaped.
+        return headers, redact(provider_json.loads(body), self.http.secrets) if body else None
 
     async def download_lines(self, path: str, target: Path, *, what: str) -> Iterator[bytes]:
         """Stream a result file to disk, then iterate its lines (bounded memory)."""
@@ -206,8 +209,9 @@ def decode_lines(
         try:
             outcome = decode(line)
         except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+            why = redact_text(str(exc), words)  # a decoder's message may quote the line
             logger.warning(
-                "skipped an unreadable line of %s (%s: %s)", what, type(exc).__name__, exc
+                "skipped an unreadable line of %s (%s: %s)", what, type(exc).__name__, why
             )
             continue
         if outcome.error:

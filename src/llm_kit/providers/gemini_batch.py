@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from llm_kit import provider_json
 from llm_kit.errors import ProviderError
 from llm_kit.providers.batch_backend import (
     BatchBackend,
@@ -195,7 +196,7 @@ class GeminiBatchBackend(BatchBackend):
             yield outcome
 
     def _decode_line(self, line: bytes) -> Outcome:
-        record = orjson.loads(line)
+        record = provider_json.loads(line)
         return self._decode(record.get("key"), record)
 
     def _decode_inline(self, record: Any) -> Outcome:

@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from llm_kit import provider_json
 from llm_kit.errors import ConfigError
 from llm_kit.providers.base import Codec
 from llm_kit.providers.batch_backend import (
@@ -20,6 +21,7 @@ from llm_kit.providers.batch_backend import (
     decode_lines,
 )
 from llm_kit.providers.batch_types import JobState, ProviderBatch
+from llm_kit.redact import redact
 from llm_kit.transport import HttpTransport
 
 _STATES = {
@@ -159,14 +161,16 @@ class OpenAIBatchBackend(BatchBackend):
                 yield outcome
 
     def _decode(self, line: bytes) -> Outcome:
-        record = orjson.loads(line)
+        record = provider_json.loads(line)
         custom_id = str(record["custom_id"])
         response = record.get("response")
         if response and response.get("status_code") == 200:
             return Outcome(custom_id, completion=self.codec.decode(response["body"]))
         if response:
             status = int(response.get("status_code") or 500)
-            failure = self.codec.error(status, {}, orjson.dumps(response.get("body") or {}))
+            # Redacted before the codec quotes (and may cut) the body.
+            body = redact(response.get("body") or {}, self.http.secrets)
+            failure = self.codec.error(status, {}, orjson.dumps(body))
             return Outcome(
                 custom_id, error=str(failure), kind=failure.kind, retryable=failure.retryable
             )

@@ -73,10 +73,11 @@ _EMULATE_FAULT_OPTIONS = [
 )
 @click.option(
     "--responder",
-    type=click.Choice(["echo", "local", "verbatim"]),
+    type=click.Choice(["echo", "local", "verbatim", "escapes"]),
     default="echo",
     show_default=True,
-    help="echo: deterministic, schema-valid; local: embedded model; verbatim: the prompt itself.",
+    help="echo: deterministic, schema-valid; local: embedded model; verbatim: the prompt itself; "
+    "escapes: the prompt with its \\uXXXX escapes decoded.",
 )
 @click.option(
     "--dialect",

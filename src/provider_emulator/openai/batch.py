@@ -27,6 +27,7 @@ from provider_emulator.family import json_response
 from provider_emulator.openai.api import OpenAIFamily, error_body
 from provider_emulator.openai.batch_object import batch_json
 from provider_emulator.openai.files import ID_PREFIX as FILE_PREFIX
+from provider_emulator.wire_json import dumps
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ class OpenAIDialect:
             response = {"status_code": status, "request_id": "req_" + ident, "body": body}
         line = {"id": "batch_req_" + ident, "custom_id": custom_id, "response": response}
         line["error"] = error
-        return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+        return dumps(line, newline=True)  # a lone surrogate in an answer stays an escape
 
     async def answer(self, item: bytes) -> Answer:
         data = orjson.loads(item)

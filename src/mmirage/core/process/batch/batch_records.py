@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llm_kit.provider_json import mend_text
+
 SUCCEEDED, FAILED, EXPIRED, CANCELED, MISSING, RUNNING = (
     "succeeded",
     "failed",
@@ -127,7 +129,7 @@ def result_line(batch_no: int, row: Mapping[str, Any]) -> tuple[Any, ...] | None
         *split_id(str(custom_id)),
         batch_no,
         int(ok),
-        None if text is None else str(text),
+        None if text is None else mend_text(str(text)),  # a plugin's lone surrogate
         None if ok else str(row.get("error_kind") or "errored"),
         None if ok else str(row.get("error_message") or "the provider returned no text"),
         None if retryable is None else int(bool(retryable)),

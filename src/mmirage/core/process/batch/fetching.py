@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llm_kit.gcquiet import quiet_gc
+from llm_kit.redact import redact_text
 from mmirage.core.process.batch.adapter import FAILED, BatchSubmissionResult
 from mmirage.core.process.batch.collector import AdapterPool, BatchStatus, one_sentence, poll
 from mmirage.core.process.batch.errors import IncompleteResultsError
@@ -84,7 +85,7 @@ def download_whole(
     are fewer than ``expected``; ``IncompleteResultsError`` when the last try is still short."""
     delays = list(RETRY_DELAYS)
     while True:
-        rows = adapter.retrieve_results(record.batch_id, provider_config)
+        rows = _errors_redacted(adapter, adapter.retrieve_results(record.batch_id, provider_config))
         got = len({row.get("custom_id") for row in rows if row.get("custom_id")})
         if expected is None or got >= expected:
             return rows
@@ -98,6 +99,20 @@ def download_whole(
                 expected=expected,
             )
         sleep(delays.pop(0))
+
+
+def _errors_redacted(
+    adapter: BatchSubmissionAdapter, rows: Sequence[Mapping[str, Any]]
+) -> Sequence[Mapping[str, Any]]:
+    """``rows`` with each error message redacted: a custom adapter may quote the provider's
+    answer, key and all (the built-in ones pass llm_kit's redactor already)."""
+    words = adapter.credentials.values()
+    return [
+        {**row, "error_message": redact_text(str(row["error_message"]), words)}
+        if row.get("error_message")
+        else row
+        for row in rows
+    ]
 
 
 def fetch_terminal(
