@@ -4,9 +4,12 @@ Plain functions that print with ``click.echo`` and return the exit code; the com
 them through ``mmirage.cli.results`` when the config declares a batch_api processor.
 
 Exit codes: ``check`` 1 only when a batch failed at the provider (and was not resubmitted by
-``retry`` since) or a status lookup failed, 0 otherwise — also while batches are running;
+``retry`` since), a status lookup failed or a published shard is damaged (as a live check
+finds it: its size or rows differ from those recorded at publish), 0 otherwise — also while
+batches are running;
 ``merge`` 0 when the file is written with a value for every request that has ended (even
-partial: it says how many batches are still running), 1 when a request failed, expired, was
+partial: it says how many batches are still running), 1 when a published shard is damaged
+(size, rows or checksum: nothing is written), a request failed, expired, was
 canceled, is missing or came back as invalid JSON (it says that ``mmirage retry`` resubmits
 them), or when a batch could not be looked up or downloaded; ``retry`` 0 when everything
 that could be resubmitted was. Any of them: 1 when no receipt is found (a file given with
@@ -55,6 +58,7 @@ from mmirage.core.process.batch.results_store import (
     SUCCEEDED,
 )
 from mmirage.core.process.batch.results_store import FAILED as REQUEST_FAILED
+from mmirage.core.shard.published import shard_damage
 from mmirage.errors import WorkFailed
 from mmirage.rundir import RunDir
 
@@ -128,9 +132,19 @@ def batch_check(
             if s.status == LOOKUP_FAILED
             or (s.status == FAILED and s.record.batch_id not in scan.resubmitted)
         ]
-        return 1 if blocking else 0
+        damaged = _damaged_shards(config)
+        for message in damaged:
+            _error(message)
+        return 1 if blocking or damaged else 0
 
     return _one_sentence(work)
+
+
+def _damaged_shards(config: MMirageConfig) -> list[str]:
+    """One sentence per published shard that is no longer what was published, checked as a
+    live ``check`` does: a merge would lose its rows' placeholders, hence their results."""
+    shard_ids = range(config.loading_params.num_shards)
+    return [f"shard {k}: {damage}" for k in shard_ids if (damage := shard_damage(config, k))]
 
 
 def _status_line(status: BatchStatus, resubmitted: bool) -> str:

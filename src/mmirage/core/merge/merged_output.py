@@ -17,6 +17,7 @@ from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.errors import CollectorError
 from mmirage.core.process.batch.results_store import ResultsStore
 from mmirage.core.shard.output import ShardOutput
+from mmirage.core.shard.published import shard_damage
 from mmirage.core.writer.formats import FormatError, write_dataset
 from mmirage.rundir import RunDir
 
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
 
 def published_shards(config: MMirageConfig, run_dir: RunDir) -> list[Any]:
     """Every dataset's published shards in order, or a ``CollectorError`` naming the first
-    shards that are not published yet, or were computed under another configuration (their
-    placeholders may stand for requests this one no longer asks)."""
+    shards that are not published yet, were computed under another configuration (their
+    placeholders may stand for requests this one no longer asks), or are damaged: not the
+    size, rows and checksum recorded when they were published."""
     lp = config.loading_params
     fp = run_dir.fingerprint
     ordered: list[Any] = []
@@ -48,6 +50,9 @@ def published_shards(config: MMirageConfig, run_dir: RunDir) -> list[Any]:
                 "changed) and merge again"
             )
         ordered.extend(shards)
+    for shard_id in range(lp.num_shards):  # as the live merge: merging reads them whole anyway
+        if (damage := shard_damage(config, shard_id, full=True)) is not None:
+            raise CollectorError(damage)
     return ordered
 
 

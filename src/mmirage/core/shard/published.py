@@ -44,10 +44,11 @@ def verified_finished(
 ) -> list[ShardCheckpoint | None]:
     """``out.finished()`` per dataset, after checking each published shard. A damaged one is
     salvaged (its readable rows kept, the rest to be computed again) when ``repair``, else
-    ``ShardDamagedError``."""
+    ``ShardDamagedError``. ``repair`` (``--force-retry``, which a merge's damage sentence
+    advises) compares checksums too: an edit that kept size and rows is found only so."""
     done: list[ShardCheckpoint | None] = []
     for out, shard in zip(outputs, shards, strict=True):
-        problem = out.damage()
+        problem = out.damage(full=repair)
         if problem is not None:
             if not repair:
                 raise ShardDamagedError(f"{problem}; {repair_hint(shard.shard_id)}")

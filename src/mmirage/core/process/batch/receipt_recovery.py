@@ -6,12 +6,15 @@ and as the chunk's ``.done`` marker in ``<state>/batch/…/<modality>/`` (writte
 a receipt file was truncated or a line torn, the markers of its run and modality still name
 every batch; ``check``, ``merge`` and ``retry`` read those markers after the files (the first
 receipt of a batch wins, and both hold the same line). A receipt file that is gone altogether
-is not rebuilt: it may have been moved on purpose, to be named with ``--metadata-path``.
+is rebuilt the same way, with a warning naming its run: its batches were paid for, and
+without it they could be reached by no command. (Receipt files named with ``--metadata-path``
+are read alone: the markers are not consulted then.)
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,15 +29,28 @@ _MARKERS = "*/*/*/chunk-*.done"
 
 
 def with_spooled_receipts(paths: Sequence[str], batch_dir: Path) -> list[str]:
-    """``paths`` followed by the ``.done`` markers under ``batch_dir`` (``RunDir.batch_dir``)
-    whose run and modality are those of one of ``paths`` (a receipt file that may lack lines)."""
-    runs = {key for key in map(_run_of_file, paths) if key is not None}
-    if not runs:
-        return list(paths)
+    """``paths`` followed by every readable ``.done`` marker under ``batch_dir``
+    (``RunDir.batch_dir``: this pipeline's alone), whether its receipt file lacks lines or is
+    gone; a run whose receipt file is gone is named in a warning."""
+    kept = {key for key in map(_run_of_file, paths) if key is not None}
     markers: list[str] = []
+    lost: Counter[tuple[str, str]] = Counter()
     for marker in sorted(batch_dir.glob(_MARKERS)):
-        if _run_of_marker(marker) in runs:
-            markers.append(str(marker))
+        run = _run_of_marker(marker)
+        if run is None:
+            continue
+        markers.append(str(marker))
+        if run not in kept:
+            lost[run] += 1
+    for (modality, run_id), count in sorted(lost.items()):
+        logger.warning(
+            "no %s receipt file of run %s was found (deleted or moved); its %d batch(es) are "
+            "read from their chunk markers under %s instead: nothing needs submitting again",
+            modality,
+            run_id,
+            count,
+            batch_dir,
+        )
     return [*paths, *markers]
 
 
