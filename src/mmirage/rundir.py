@@ -38,16 +38,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mmirage.config.reserved import ERRORS, RETRY, ROW_KEY, USAGE, VARS
+
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
-# -- the columns mmirage adds to every published row -------------------------------------
-
-ROW_KEY = "__row_key__"  # "<dataset index>:<split or ''>:<row id>", the same on every run
-ERRORS = "__errors__"  # null, or {<output name>: <one sentence>}
-USAGE = "__usage__"  # {"input_tokens", "output_tokens"} summed over the row's outputs
-VARS = "__vars__"  # only on rows waiting for batch results: what output_schema reads
-RETRY = "__retry__"  # only on rows a retry may fix: the outputs they already got
 
 # A batch_api output's value until merge replaces it: this prefix, then the request's id.
 PLACEHOLDER_PREFIX = "__BATCH_SUBMITTED__:"

@@ -10,6 +10,7 @@ from pydantic import BeforeValidator
 from mmirage.config.errors import FieldError
 from mmirage.config.fields import NonEmptyStr, PositiveFloat, PositiveInt, is_field_path
 from mmirage.config.output_schema import OutputSchema, parse_output_schema
+from mmirage.config.reserved import RESERVED_COLUMNS, reserved_problem
 
 
 def _check_identifier(name: str) -> None:
@@ -220,3 +221,8 @@ class ProcessingParams:
     """Rows' image paths are data: by default an absolute path or `file://` URL must lie inside
     the dataset's `image_base_path` (relative ones always must). `true` allows any local
     file."""
+
+    def __post_init__(self) -> None:
+        for column in self.output_schema:
+            if column in RESERVED_COLUMNS:
+                raise FieldError(f"output_schema.{column}", reserved_problem(column))

@@ -12,13 +12,16 @@ like an image. Errors name the variable and the path, never the file's bytes.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 
 from llm_kit.errors import ItemError
 from llm_kit.images import check_image_file
 from mmirage.core.render.row_error import RowError
 
 OPT_IN_FIELD = "processing_params.allow_absolute_image_paths"
+_SHOWN_CHARS = 160  # of a path quoted in an error: a path too long is cut in the middle
 
 
 def local_image_path(
@@ -31,6 +34,13 @@ def local_image_path(
     """The real (symlink-free, absolute) path of the row's local image ``reference``, a path
     or a ``file://`` URL; RowError naming ``variable`` and the path when it may not be used."""
     raw = reference[7:] if reference.startswith("file://") else reference
+    if "\x00" in raw:  # the OS takes no such name (Python raises ValueError, not OSError)
+        raise RowError(
+            f"image variable '{variable}': the path {_quoted(raw)} holds a NUL byte, which no "
+            "file name can; fix the row's path",
+            variable=variable,
+            path=raw,
+        )
     path = os.path.expanduser(raw)
     base = os.path.expanduser(image_base_path) if image_base_path else None
     root = os.path.realpath(base or os.getcwd())
@@ -42,20 +52,50 @@ def local_image_path(
         raise RowError(
             _outside_message(variable, reference, base, absolute), variable=variable, path=raw
         )
-    if not os.path.isfile(real):
-        where = f" ({raw!r} resolved against image_base_path {base!r})" if base else ""
-        raise RowError(
-            f"image variable '{variable}': file {shown!r} does not exist{where}; "
-            "check the path or the dataset's image_base_path",
-            variable=variable,
-            path=shown,
-        )
+    _check_file(real, shown, raw, variable, base)
     try:
         check_image_file(real, name=shown)
     except ItemError as exc:
         message = f"image variable '{variable}': {exc}"
         raise RowError(message, variable=variable, path=shown) from None
     return real
+
+
+def _check_file(real: str, shown: str, raw: str, variable: str, base: str | None) -> None:
+    """RowError when ``real`` is not a file: missing, a directory, or a path the OS refuses
+    (a name or path too long, a folder it may not enter), each said as such."""
+    try:
+        info = os.stat(real)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            raise RowError(
+                f"image variable '{variable}': cannot use {_quoted(shown)} "
+                f"({exc.strerror or type(exc).__name__}); fix the row's path",
+                variable=variable,
+                path=shown,
+            ) from None
+        where = f" ({_quoted(raw)} resolved against image_base_path {base!r})" if base else ""
+        raise RowError(
+            f"image variable '{variable}': file {_quoted(shown)} does not exist{where}; "
+            "check the path or the dataset's image_base_path",
+            variable=variable,
+            path=shown,
+        ) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise RowError(
+            f"image variable '{variable}': {_quoted(shown)} is a directory, not an image file; "
+            "point the row at an image",
+            variable=variable,
+            path=shown,
+        )
+
+
+def _quoted(path: str) -> str:
+    """``path`` as an error names it: quoted (a NUL byte shows as ``\\x00``), and cut in the
+    middle when too long to read."""
+    if len(path) > _SHOWN_CHARS:
+        path = f"{path[: _SHOWN_CHARS // 2]}...{path[-_SHOWN_CHARS // 2 :]}"
+    return repr(path)
 
 
 def _inside(path: str, root: str) -> bool:

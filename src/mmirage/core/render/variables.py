@@ -156,6 +156,26 @@ class VariableExtractor:
             variables[spec.name] = value
         return variables
 
+    def extract_available(self, row: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """For a row ``extract`` refused: the variables it can still read, and the names of
+        those it cannot (so that its record keeps whatever reads only the others)."""
+        variables: dict[str, Any] = {}
+        failed: list[str] = []
+        for spec in self.inputs:
+            try:
+                variables.update(VariableExtractor((spec,), **self._options).extract(row))
+            except RowError:
+                failed.append(spec.name)
+        return variables, failed
+
+    @property
+    def _options(self) -> dict[str, Any]:
+        return {
+            "image_base_path": self.image_base_path,
+            "optional": self._optional,
+            "allow_absolute_image_paths": self.allow_absolute_image_paths,
+        }
+
     def extract_each(
         self, rows: Sequence[Mapping[str, Any]]
     ) -> tuple[list[dict[str, Any] | None], dict[int, RowError]]:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
 
+from mmirage.config.reserved import RESERVED_COLUMNS
 from mmirage.core.loader import BadRow, DatasetShard, Row
 from mmirage.core.process.base import OutputResult, Processor, RequestBatch, Take
 from mmirage.core.render.prompts import prompt_renderer
@@ -25,6 +26,7 @@ from mmirage.core.render.variables import RowError, VariableExtractor, image_url
 from mmirage.core.shard.answers import AnswerStore, keeps
 from mmirage.core.shard.progress import RowCount
 from mmirage.core.shard.reading import Item
+from mmirage.core.shard.refusals import refused_record, reserved_column_error
 from mmirage.core.shard.request_keys import RequestKeys
 from mmirage.core.shard.retry_marker import retry_marker
 from mmirage.rundir import ERRORS, RETRY, ROW_KEY, USAGE, VARS
@@ -126,6 +128,8 @@ class RowWorker:
         self.image_names = [i.name for i in pp.inputs if i.type == "image"]
         self.request_keys = RequestKeys(self.image_names)
         self.renderer = OutputRenderer(pp.output_schema, remove_columns=pp.remove_columns)
+        # Source columns are published (unless remove_columns): none may be named as mmirage's.
+        self.reserved = None if pp.remove_columns else RESERVED_COLUMNS
         self.output_names = [o.name for o in pp.outputs]
         # What each succeeded output cost, for a failed row's retry marker: with one output,
         # a failed row has no succeeded output.
@@ -158,12 +162,17 @@ class RowWorker:
                     records[at] = self._failed(self.key_of(item), {}, {"__row__": why})
                     self.count.finish(failed=True)
         data = list(map(_DATA, rows))
+        # One loop in C per group: a kept source column must not take a name of mmirage's own.
+        if self.reserved is not None and not all(map(self.reserved.isdisjoint, data)):
+            raise reserved_column_error(rows, self.shard.source)
         values, broken = self.extractor.extract_each(data)
         if broken:
+            names = self.output_names
             for at, exc in broken.items():
                 row = rows[at]
-                error = {"__row__": str(exc)}
-                records[readable[at]] = self._failed(self.key_of(row), row.data, error)
+                records[readable[at]] = refused_record(
+                    self.key_of(row), row.data, str(exc), self.extractor, self.renderer, names
+                )
                 self.count.finish(failed=True)
             readable = [r for at, r in enumerate(readable) if at not in broken]
             rows = [row for at, row in enumerate(rows) if at not in broken]
