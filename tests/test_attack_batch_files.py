@@ -194,6 +194,20 @@ def test_check_names_a_damaged_shard(damage: str, emu: EmulatorHandle, tmp_path:
     assert REPAIR in error, error
 
 
+def test_retry_names_a_damaged_shard_and_how_to_repair_it(
+    emu: EmulatorHandle, tmp_path: Path
+) -> None:
+    config = submitted(tmp_path, emu)
+    shard = published_shard(tmp_path, "jsonl")
+    empty(shard)
+    retried = mmirage("retry", config, "-y", env=env())
+    assert retried.code == 1, str(retried)
+    # Before: only "1 shard(s) have not succeeded", naming neither the shard nor the repair.
+    damage = next(line for line in retried.error_lines if "published shard" in line)
+    assert damage.startswith(f"error: shard 0: published shard {shard} holds "), damage
+    assert REPAIR in damage, damage
+
+
 # -- a deleted receipt file -------------------------------------------------------------------
 
 

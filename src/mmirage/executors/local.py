@@ -157,17 +157,20 @@ class LocalExecutor(Executor):
         return RunResult(finished, shards, lambda: self._conclude(outcomes, request.stats))
 
     def retry(self, shards: list[int] | None, *, stats: bool, yes: bool) -> int:
-        from mmirage.core.shard.health import PARTIAL, shard_health
+        from mmirage.core.shard.health import PARTIAL, ShardHealth, shard_health
+        from mmirage.core.shard.published import DAMAGED
         from mmirage.core.shard.state import EXHAUSTED, FAILED, MISSING, STALE, UNKNOWN
 
         n = self.cfg.loading_params.num_shards
 
-        def states() -> dict[int, str]:
-            return {
-                k: shard_health(self.cfg, self.run_dir, k, self.config_path).state for k in range(n)
-            }
+        def healths() -> dict[int, ShardHealth]:
+            return {k: shard_health(self.cfg, self.run_dir, k, self.config_path) for k in range(n)}
 
-        before = states()
+        def states() -> dict[int, str]:
+            return {k: health.state for k, health in healths().items()}
+
+        seen = healths()
+        before = {k: health.state for k, health in seen.items()}
         chosen = shards if shards is not None else list(range(n))
         todo = [k for k in chosen if before[k] in (FAILED, STALE, MISSING, UNKNOWN, PARTIAL)]
         for k in chosen:
@@ -175,6 +178,8 @@ class LocalExecutor(Executor):
                 click.echo(
                     f"shard {k}/{n}: out of retries; 'mmirage run --force-retry' resets", err=True
                 )
+            elif before[k] == DAMAGED:  # retry does not salvage: it says how
+                click.echo(f"error: {seen[k].notes[0]}", err=True)
         self._as_shard_process()
         outcomes: list[ShardOutcome] = []
         if todo:
