@@ -1,4 +1,5 @@
-"""The ``mmirage`` command line. Exit codes: 0 ok, 1 the work failed, 2 usage or config error."""
+"""The ``mmirage`` command line. Exit codes: 0 ok, 1 the work failed, 2 usage or config error,
+130 stopped by Ctrl-C, 143 stopped by SIGTERM."""
 
 from __future__ import annotations
 
@@ -35,15 +36,38 @@ INTERRUPTED = (
 )
 
 
+# The shell's convention for a process ended by SIGINT (128 + 2).
+STOPPED_BY_CTRL_C = 130
+
+
+def _set_log_level(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        logging.getLogger().setLevel(getattr(logging, value.upper()))
+
+
+def _log_level_option(default: str | None) -> click.Option:
+    return click.Option(
+        ["--log-level"],
+        type=click.Choice(LOG_LEVELS, case_sensitive=False),
+        default=default,
+        show_default=default is not None,
+        expose_value=False,
+        is_eager=True,  # set before the other options' callbacks log anything
+        callback=_set_log_level,
+        help="How much to log; DEBUG also shows tracebacks.",
+    )
+
+
 class LazyGroup(click.Group):
-    """A group whose ``COMMANDS`` are imported when asked for."""
+    """A group whose ``COMMANDS`` are imported when asked for; each takes ``--log-level``
+    after its name too (``mmirage run CONFIG --log-level INFO``)."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo(f"error: {INTERRUPTED}", err=True)
-            ctx.exit(1)  # the work did not finish (errors.WORK_FAILED)
+            ctx.exit(STOPPED_BY_CTRL_C)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *COMMANDS})
@@ -51,24 +75,29 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             module, attribute = COMMANDS[cmd_name].split(":")
-            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+            command = getattr(importlib.import_module(module), attribute)
+            _add_log_level(command)
+            self.add_command(command, cmd_name)
         return self.commands.get(cmd_name)
 
 
+def _add_log_level(command: click.Command) -> None:
+    """``--log-level`` on ``command`` and, for a group, on each of its subcommands."""
+    if not any(p.name == "log_level" for p in command.params):
+        command.params.append(_log_level_option(None))
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_log_level(sub)
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--log-level",
-    type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    default="WARNING",
-    show_default=True,
-    help="How much to log; DEBUG also shows tracebacks.",
-)
-def main(log_level: str) -> None:
+@click.version_option(package_name="mmirage", prog_name="mmirage", message="%(prog)s %(version)s")
+def main() -> None:
     """Push datasets through LLMs: live, through provider batch APIs, or locally."""
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+main.params.append(_log_level_option("WARNING"))
 
 
 def entry() -> NoReturn:

@@ -126,8 +126,14 @@ def stats(config: Path | None, config_option: Path | None) -> None:
     CONFIG is the pipeline's YAML file (or give it as --config CONFIG).
     """
     from mmirage.core.merge.shards import stats_report
+    from mmirage.core.shard.state import MISSING, never_ran
+    from mmirage.errors import WorkFailed
     from mmirage.rundir import RunDir
 
+    path = config_path(config, config_option)
     with exit_on_errors():
-        cfg = load(config_path(config, config_option))
-    click.echo(json.dumps(stats_report(cfg, RunDir.of(cfg)), indent=2, default=str))
+        cfg = load(path)
+        stats = stats_report(cfg, RunDir.of(cfg))
+        if all(entry["state"] == MISSING for entry in stats["per_shard"]):
+            raise WorkFailed(never_ran(path))
+    click.echo(json.dumps(stats, indent=2, default=str))

@@ -159,7 +159,7 @@ class LocalExecutor(Executor):
     def retry(self, shards: list[int] | None, *, stats: bool, yes: bool) -> int:
         from mmirage.core.shard.health import PARTIAL, ShardHealth, shard_health
         from mmirage.core.shard.published import DAMAGED
-        from mmirage.core.shard.state import EXHAUSTED, FAILED, MISSING, STALE, UNKNOWN
+        from mmirage.core.shard.state import EXHAUSTED, FAILED, MISSING, STALE, SUCCESS, UNKNOWN
 
         n = self.cfg.loading_params.num_shards
 
@@ -194,10 +194,9 @@ class LocalExecutor(Executor):
         if any(o.user_error for o in outcomes):
             raise UserError("a shard stopped on a configuration problem (see above)")
         unfinished = len(chosen) - int(str(report["successful"]))
-        if unfinished:
-            raise WorkFailed(f"{unfinished} shard(s) have not succeeded")
-        if not todo and not self.cfg.uses_batch_api:
-            click.echo("All shards already succeeded.", err=True)
+        if unfinished:  # the summary above counts them; the sentence says which
+            late = [k for k in chosen if after[k] != SUCCESS]
+            raise WorkFailed(f"{unfinished} shard(s) have not succeeded: {late}")
         return 0
 
     def check(self, *, retry_failed: bool, yes: bool) -> int:

@@ -49,7 +49,7 @@ def check_table(cfg: MMirageConfig, run_dir: RunDir, path: Path) -> int:
     """Print the table, the summary and the shards' notes; 0 only when all succeeded."""
     from mmirage.core.shard.health import shard_health
     from mmirage.core.shard.report import failed_summary
-    from mmirage.core.shard.state import SUCCESS
+    from mmirage.core.shard.state import MISSING, SUCCESS, never_ran
 
     n, max_retries = cfg.loading_params.num_shards, cfg.execution_params.max_retries
     lines = [list(CHECK_HEADER)]
@@ -67,6 +67,8 @@ def check_table(cfg: MMirageConfig, run_dir: RunDir, path: Path) -> int:
     print_table(lines)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     click.echo(f"{n} shard(s): {summary}; {rows} rows done, {failed_summary(failed, retryable)}")
+    if counts.get(MISSING) == n:
+        notes.append(never_ran(path))
     for line in notes:
         click.echo(line, err=True)
     return 0 if counts.get(SUCCESS, 0) == n else 1

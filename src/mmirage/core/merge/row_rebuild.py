@@ -123,6 +123,7 @@ class RowBuilder:
         if type(variables) is not dict:  # complete at run time, or failed then
             row[ERRORS] = errors or None
             totals.rows_with_errors += bool(errors)
+            self._add_usage(row, None)
             return row
         filled = dict(variables)
         tokens: list[int] | None = None
@@ -191,17 +192,18 @@ class RowBuilder:
 
     @staticmethod
     def _add_usage(row: dict[str, Any], tokens: list[int] | None) -> None:
-        """``__usage__`` gains the batch tokens; ``input_tokens``/``output_tokens`` appear only
-        when the provider reported usage."""
-        usage = row.get(USAGE)
-        usage = usage if type(usage) is dict or isinstance(usage, Mapping) else {}
+        """A merged row carries its tokens once, as the flat ``input_tokens`` and
+        ``output_tokens`` the batch page promises: the batch tokens (``tokens``: ``None`` when
+        the provider reported no usage) plus those its live outputs spent, present only when
+        some are known. The shards' ``__usage__`` is what they replace."""
+        usage = row.pop(USAGE, None)
+        if type(usage) is not dict and not isinstance(usage, Mapping):
+            usage = {}
+        spent = [int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)]
+        if tokens is None and not any(spent):
+            return
         extra = tokens or [0, 0]
-        row[USAGE] = {
-            "input_tokens": int(usage.get("input_tokens") or 0) + extra[0],
-            "output_tokens": int(usage.get("output_tokens") or 0) + extra[1],
-        }
-        if tokens is not None:
-            row["input_tokens"], row["output_tokens"] = tokens
+        row["input_tokens"], row["output_tokens"] = spent[0] + extra[0], spent[1] + extra[1]
 
 
 def is_own_request(output: str, custom_id: str) -> bool:

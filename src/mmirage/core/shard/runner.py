@@ -198,6 +198,10 @@ async def _arun_shard_locked(
     offsets = source_offsets(sources)
     outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards, lp.output_format) for s in shards]
     force = _check_can_run(status, outputs, fp, shard_id, force)
+    if shard_id == 0:  # said once per run, not by every shard
+        for source in sources:
+            if source.num_rows == 0:
+                logger.warning("dataset %s holds no rows: nothing to compute", source.config.path)
     context = dataclasses.replace(context, recompute=force, fresh=fresh)
     if force:  # computed again, from the stored answers; the retry budget too
         for out in outputs:

@@ -227,3 +227,8 @@ def shard_lock(path: Path, shard_id: int) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def never_ran(config_path: object) -> str:
+    """What ``check`` and ``stats`` say of a pipeline no shard of which has run."""
+    return f"no shard of this pipeline has run yet: 'mmirage run {config_path}' starts it"
