@@ -167,12 +167,12 @@ def test_merge_jsonl_and_parquet(built: tuple[MMirageConfig, Path], tmp_path: Pa
 
     config, _ = built
     expected = shard_rows(tmp_path / "out")
-    [res] = merge_config(config, fmt="jsonl", output_root=tmp_path / "root")
+    [res] = merge_config(config, RunDir.of(config), fmt="jsonl", output_root=tmp_path / "root")
     assert res.output == str(tmp_path / "root" / "out.jsonl")  # the original's root layout
     assert jsonl(Path(res.output)) == expected
     assert (res.rows, res.rows_failed, res.input_tokens, res.output_tokens) == (7, 1, 13, 18)
 
-    [res] = merge_config(config, fmt="parquet")
+    [res] = merge_config(config, RunDir.of(config), fmt="parquet")
     assert res.output == str(tmp_path / "out" / "merged.parquet")
     assert res.rows == ROWS  # counted once, though the Arrow formats read twice
     assert pq.read_table(res.output).to_pylist() == expected

@@ -11,6 +11,7 @@ from mmirage.cli.errors import os_failure
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
     from mmirage.core.merge.shards import MergeResult
+    from mmirage.rundir import RunDir
 
 
 def report(results: list[MergeResult]) -> None:
@@ -36,12 +37,12 @@ def report(results: list[MergeResult]) -> None:
         )
 
 
-def merge_after_run(cfg: MMirageConfig) -> None:
+def merge_after_run(cfg: MMirageConfig, run_dir: RunDir) -> None:
     """What ``mmirage merge CONFIG`` does, with its exit codes."""
     from mmirage.core.merge.shards import merge_config
 
     try:
-        results = merge_config(cfg)
+        results = merge_config(cfg, run_dir)
     except OSError as exc:
         os_failure(exc, "merge output")
     for result in results:

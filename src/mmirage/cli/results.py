@@ -77,6 +77,7 @@ class ShardResults:
         try:
             results = merge_config(
                 cfg,
+                run_dir,
                 output_root=request.output_root,
                 fmt=request.fmt.lower(),  # type: ignore[arg-type]  # click.Choice checked it
                 allow_partial=request.allow_partial,
@@ -100,7 +101,7 @@ class ShardResults:
         whole = len(result.shards) == cfg.loading_params.num_shards
         if result.finished and whole and cfg.execution_params.merge:
             # The whole pipeline ran: merge it, as `mmirage merge CONFIG` would.
-            merge_after_run(cfg)
+            merge_after_run(cfg, executor.run_dir)
         return 0
 
     def finish_retry(self, cfg: MMirageConfig, executor: Executor, only_retryable: bool) -> int:

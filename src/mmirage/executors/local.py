@@ -158,7 +158,7 @@ class LocalExecutor(Executor):
 
     def retry(self, shards: list[int] | None, *, stats: bool, yes: bool) -> int:
         from mmirage.core.shard.health import PARTIAL, ShardHealth, shard_health
-        from mmirage.core.shard.published import DAMAGED
+        from mmirage.core.shard.published import DAMAGED, OUTDATED
         from mmirage.core.shard.state import EXHAUSTED, FAILED, MISSING, STALE, SUCCESS, UNKNOWN
 
         n = self.cfg.loading_params.num_shards
@@ -172,7 +172,8 @@ class LocalExecutor(Executor):
         seen = healths()
         before = {k: health.state for k, health in seen.items()}
         chosen = shards if shards is not None else list(range(n))
-        todo = [k for k in chosen if before[k] in (FAILED, STALE, MISSING, UNKNOWN, PARTIAL)]
+        redo = (FAILED, STALE, MISSING, UNKNOWN, PARTIAL, OUTDATED)
+        todo = [k for k in chosen if before[k] in redo]
         for k in chosen:
             if before[k] == EXHAUSTED:
                 click.echo(

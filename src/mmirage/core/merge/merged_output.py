@@ -17,7 +17,7 @@ from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.errors import CollectorError
 from mmirage.core.process.batch.results_store import ResultsStore
 from mmirage.core.shard.output import ShardOutput
-from mmirage.core.shard.published import shard_damage
+from mmirage.core.shard.published import is_current, shard_damage
 from mmirage.core.writer.formats import FormatError, write_dataset
 from mmirage.rundir import RunDir
 
@@ -57,10 +57,7 @@ def published_shards(config: MMirageConfig, run_dir: RunDir) -> list[Any]:
 
 
 def _current(output_dir: str, shard_id: int, lp: Any, fp: str) -> bool:
-    """Whether a published shard is this configuration's finished shard (not one computed
-    under another, nor one being computed again, whose published version is an older one)."""
-    done = ShardOutput(output_dir, shard_id, lp.num_shards, lp.output_format).finished()
-    return done is not None and done.fingerprint in ("", fp)
+    return is_current(ShardOutput(output_dir, shard_id, lp.num_shards, lp.output_format), fp)
 
 
 def merged_rows(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.core.shard.output import ShardOutput
-from mmirage.core.shard.published import repair_hint
+from mmirage.core.shard.published import is_current, outdated_hint, repair_hint
 from mmirage.core.shard.state import SUCCESS, read_status, shard_state
 from mmirage.core.writer.formats import (
     Format,
@@ -199,12 +199,14 @@ def _output_bases(config: MMirageConfig, output_root: Path | None) -> list[tuple
 
 def merge_config(
     config: MMirageConfig,
+    run_dir: RunDir,
     *,
     output_root: Path | None = None,
     fmt: Format = "hf",
     allow_partial: bool = False,
 ) -> list[MergeResult]:
-    """Merge every dataset of the config. All completeness checks happen before any write."""
+    """Merge every dataset of the config. All completeness checks happen before any write:
+    a damaged shard, or one computed under another configuration, is refused."""
     lp = config.loading_params
     n = lp.num_shards
     plans = []
@@ -214,6 +216,9 @@ def merge_config(
             out = ShardOutput(ds.output_dir, shard.shard_id, n, lp.output_format)
             if (damage := out.damage(full=True)) is not None:
                 raise MergeError(f"{damage}; {repair_hint(shard.shard_id)}")
+            if not is_current(out, run_dir.fingerprint):
+                hint = outdated_hint(config.config_path or "CONFIG")
+                raise MergeError(f"{ds.output_dir}: shard {shard.shard_id} {hint}, then merge")
         if missing and not allow_partial:
             raise IncompleteShardsError(
                 name, missing, n, "run them with 'mmirage run CONFIG' (or --shard-id K)"
@@ -294,6 +299,8 @@ def stats_report(config: MMirageConfig, run_dir: RunDir) -> dict[str, Any]:
     the published shards. ``per_shard`` holds each status dict plus ``state`` (with stale and
     exhausted detection) and ``published`` (rows counted per dataset from the shard files).
     GPU fields are null: nothing here measures GPUs."""
+    from mmirage.core.shard.live_counters import aggregate_json, summed
+
     lp = config.loading_params
     n = lp.num_shards
     # A batch_api output's tokens are known only to the merge of its results: null, not 0.
@@ -357,5 +364,7 @@ def stats_report(config: MMirageConfig, run_dir: RunDir) -> dict[str, Any]:
         "output_tokens_per_sec": None if batch else _rate(out_tokens, sum_runtime),
         "tokens_per_sec_per_gpu": None,
         "gpu_days_per_billion_tokens": None,
+        # Live requests: retries by cause, cool-down after rate limits, cost at live prices.
+        **aggregate_json(summed(e["stats"].get("requests") for e in done)),
     }
     return {"per_shard": per_shard, "aggregate": aggregate}

@@ -1,7 +1,8 @@
 """A shard's state as ``mmirage check`` and ``mmirage retry`` see it.
 
-Its status.json state (``shard_state``), then two things status.json alone does not say: a
-succeeded shard whose published file lost rows or changed is ``damaged``; one whose
+Its status.json state (``shard_state``), then what status.json alone does not say: a
+succeeded shard whose published file lost rows or changed is ``damaged``; one published under
+another configuration (the config was edited since) is ``outdated``; one whose
 published rows include rows that failed for a retryable reason (a rate limit, a server
 error, a timeout) is ``partial``: ``mmirage retry`` computes just those rows again. Rows that
 failed for good (an answer that missed its schema or was cut at the token limit, a refusal,
@@ -14,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mmirage.core.shard.published import DAMAGED, shard_damage
+from mmirage.core.shard.output import ShardOutput
+from mmirage.core.shard.published import DAMAGED, OUTDATED, is_current, outdated_hint, shard_damage
 from mmirage.core.shard.state import SUCCESS, read_status, shard_state
 from mmirage.rundir import RunDir
 
@@ -43,6 +45,14 @@ def shard_health(
     if damage is not None:
         health.state, health.status["error"] = DAMAGED, damage
         health.notes.append(f"shard {shard_id}: {damage}")
+        return health
+    lp = config.loading_params
+    outputs = [
+        ShardOutput(ds.output_dir, shard_id, lp.num_shards, lp.output_format) for ds in lp.datasets
+    ]
+    if not all(is_current(out, run_dir.fingerprint) for out in outputs):
+        health.state = OUTDATED
+        health.notes.append(f"shard {shard_id} {outdated_hint(config_path)}")
         return health
     retryable = int(health.status.get("rows_retryable") or 0)
     for_good = int(health.status.get("rows_failed") or 0) - retryable

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
 DAMAGED = "damaged"  # a shard state for `check`: success recorded, but a published file is not
+# A shard state for `check`: succeeded, under another configuration (or being computed again).
+OUTDATED = "outdated"
 
 
 class ShardDamagedError(ShardConflictError):
@@ -37,6 +39,21 @@ def shard_damage(config: MMirageConfig, shard_id: int, *, full: bool = False) ->
         if problem is not None:
             return f"{problem}; {repair_hint(shard_id)}"
     return None
+
+
+def is_current(out: ShardOutput, fingerprint: str) -> bool:
+    """Whether ``out`` is published, by a run of the configuration whose fingerprint is
+    ``fingerprint`` (a shard published before fingerprints were recorded counts), and is not
+    being computed again (its published version is then an older one)."""
+    done = out.finished()
+    return done is not None and done.fingerprint in ("", fingerprint)
+
+
+def outdated_hint(config_path: object) -> str:
+    return (
+        f"was computed under another configuration (or is being computed again): 'mmirage run "
+        f"{config_path}' computes it again, paying only for the requests that changed"
+    )
 
 
 def verified_finished(
