@@ -64,18 +64,55 @@ class MissingCredentialsError(UserError, RuntimeError):
     """A required ``<PROVIDER>_<KEY>`` environment variable is not set."""
 
 
+# A provider's own words for a batch's state → the four normalized statuses (see
+# ``BatchSubmissionAdapter.status_words``).
+STATUS_WORDS: dict[str, str] = {
+    **dict.fromkeys(("completed", "ended", "succeeded", "success", "done"), COMPLETED),
+    **dict.fromkeys(("failed", "error", "errored", "expired", "cancelled", "canceled"), FAILED),
+    **dict.fromkeys(
+        (
+            "validating",
+            "queued",
+            "pending",
+            "running",
+            "in_progress",
+            "processing",
+            "finalizing",
+            "cancelling",
+            "canceling",
+        ),
+        IN_PROGRESS,
+    ),
+}
+
+
 class BatchSubmissionAdapter(ABC):
     """Subclass per provider; register with ``BatchAdapterRegistry.register(name, cls)``.
 
     ``required_credentials`` names keys read from ``<PROVIDER>_<KEY>`` environment variables;
     they are checked when the adapter is created (before any row is processed) and exposed as
-    ``self.credentials`` — never from the YAML, never written anywhere.
+    ``self.credentials`` — never from the YAML, never written anywhere. A subclass may have a
+    constructor of its own, with no parameter or with defaults for all of them (mmirage builds
+    it as ``cls()``, as the original did, then sets ``credentials``), calling this one or not.
+    ``status_words`` maps a provider's words to the normalized statuses
+    (``_normalize_status``); extend it in a subclass for a provider's own vocabulary.
     """
 
     required_credentials: ClassVar[tuple[str, ...]] = ()
+    status_words: ClassVar[dict[str, str]] = STATUS_WORDS
 
     def __init__(self, credentials: dict[str, str] | None = None) -> None:
-        self.credentials: dict[str, str] = dict(credentials or {})
+        self.credentials = dict(credentials or {})
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        """The keys ``required_credentials`` named, from the environment (empty until set)."""
+        found: dict[str, str] = self.__dict__.get("_credentials", {})
+        return found
+
+    @credentials.setter
+    def credentials(self, value: dict[str, str]) -> None:
+        self.__dict__["_credentials"] = dict(value)
 
     @classmethod
     def read_credentials(cls, provider: str, *, allow_missing: bool = False) -> dict[str, str]:
@@ -161,27 +198,11 @@ class BatchSubmissionAdapter(ABC):
         """Ask the provider to stop the batch; optional (built-ins implement it)."""
         raise NotImplementedError(f"{type(self).__name__} cannot cancel batches")
 
-    @staticmethod
-    def _normalize_status(status: str | None) -> str:
-        """A helper for adapters: common provider words → the four normalized statuses."""
-        word = (status or "").strip().lower()
-        if word in ("completed", "ended", "succeeded", "success", "done"):
-            return COMPLETED
-        if word in ("failed", "error", "errored", "expired", "cancelled", "canceled"):
-            return FAILED
-        if word in (
-            "validating",
-            "queued",
-            "pending",
-            "running",
-            "in_progress",
-            "processing",
-            "finalizing",
-            "cancelling",
-            "canceling",
-        ):
-            return IN_PROGRESS
-        return UNKNOWN
+    @classmethod
+    def _normalize_status(cls, status: str | None) -> str:
+        """A helper for adapters: a provider's word → one of the four normalized statuses,
+        through ``status_words`` (``unknown`` for a word it does not hold)."""
+        return cls.status_words.get((status or "").strip().lower(), UNKNOWN)
 
 
 __all__ = [

@@ -9,6 +9,7 @@ config is loaded, which register themselves on import); see ``mmirage.config.plu
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 from typing import Any, ClassVar
 
@@ -77,7 +78,9 @@ class BatchAdapterRegistry:
         credentials = adapter_cls.read_credentials(
             config.provider, allow_missing=allow_missing_credentials
         )
-        return adapter_cls(credentials)
+        adapter = build_adapter(adapter_cls, config.provider, credentials)
+        adapter.credentials = credentials  # whatever its constructor did (or skipped)
+        return adapter
 
     @classmethod
     def available(cls) -> list[str]:
@@ -100,6 +103,47 @@ class BatchAdapterRegistry:
     def clear(cls) -> None:
         """Forget every registration; the built-ins come back on the next lookup."""
         cls._registry.clear()
+
+
+def build_adapter(
+    adapter_cls: type[BatchSubmissionAdapter], provider: str, credentials: dict[str, str]
+) -> BatchSubmissionAdapter:
+    """``adapter_cls()``, as the original built adapters (``adapter_cls(credentials)`` for a
+    constructor that asks for them alone); one whose constructor wants a value for another
+    parameter without a default is a ``UserError`` naming the class and the parameters."""
+    try:
+        signature = inspect.signature(adapter_cls)
+    except (TypeError, ValueError):  # no signature to read: try it
+        signature = None
+    if signature is not None:
+        needed = [
+            name
+            for name, p in signature.parameters.items()
+            if p.default is p.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+        if needed == ["credentials"]:
+            return _built(adapter_cls, provider, credentials)
+        if needed:
+            raise UserError(
+                f"the batch adapter {adapter_cls.__qualname__} of provider '{provider}' cannot "
+                f"be built: its constructor needs {', '.join(needed)}; give "
+                f"{'them' if len(needed) > 1 else 'it'} a default (mmirage builds adapters "
+                "with no argument and sets .credentials from the environment)"
+            )
+    return _built(adapter_cls, provider)
+
+
+def _built(
+    adapter_cls: type[BatchSubmissionAdapter], provider: str, *args: Any
+) -> BatchSubmissionAdapter:
+    try:
+        return adapter_cls(*args)
+    except Exception as exc:
+        raise UserError(
+            f"the batch adapter {adapter_cls.__qualname__} of provider '{provider}' failed to "
+            f"build ({type(exc).__name__}: {exc}); fix its constructor"
+        ) from exc
 
 
 # The spec's name for the same factory.
