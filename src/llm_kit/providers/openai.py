@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,6 +12,15 @@ from llm_kit.providers.openai_batch import OpenAIBatchBackend
 from llm_kit.providers.registry import ProviderSpec, register_provider
 from llm_kit.schema import ResponseSchema
 from llm_kit.types import ImagePart, Message, TextPart, Usage
+
+# OpenAI's reasoning models (o1, o3, o4-mini, gpt-5...) refuse `max_tokens` with a 400 and want
+# `max_completion_tokens` (which the others take too, but not every compatible server does).
+_COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d+(-|$)|gpt-5)")
+
+
+def token_limit_field(model: str) -> str:
+    """The body field that caps the answer's tokens for ``model``."""
+    return "max_completion_tokens" if _COMPLETION_TOKENS_MODELS.match(model) else "max_tokens"
 
 
 class OpenAICodec(Codec):
@@ -34,9 +44,10 @@ class OpenAICodec(Codec):
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in messages]}
         # Our sampling names are OpenAI's; extra keys pass through to the body as they are.
+        limit_field = token_limit_field(model)
         for key, value in sampling.items():
             if value is not None:
-                body[key] = value
+                body[limit_field if key == "max_tokens" else key] = value
         if schema is not None:
             # Batch files and OpenAI itself; other servers' forms: llm_kit.dialects.
             NATIVE.apply(body, schema)

@@ -34,6 +34,20 @@ def _within(name: str, value: float | None, low: float, high: float, *, open_low
         raise FieldError(name, f"must be in {interval}, got {value!r}")
 
 
+def check_price_per_mtok(price: dict[str, float] | None) -> None:
+    """``price_per_mtok`` (of a ``batch_api`` or an ``llm`` processor): ``{input, output}``."""
+    if price is None:
+        return
+    if set(price) != {"input", "output"}:
+        raise FieldError(
+            "price_per_mtok",
+            "must have exactly the keys 'input' and 'output' (USD per 1M tokens), got "
+            f"{sorted(price)}",
+        )
+    for key, value in price.items():
+        _at_least(f"price_per_mtok.{key}", value, 0)
+
+
 def _non_empty(name: str, value: str) -> None:
     if not value.strip():
         raise FieldError(name, "must be a non-empty string")
@@ -87,8 +101,9 @@ class BatchProviderConfig:
     `reject` (fail fast)."""
     price_per_mtok: dict[str, float] | None = None
     """USD per million tokens at batch prices, `{input: x, output: y}`, for the cost reports
-    when the model is missing from the built-in price table (or its price changed). Unset: the
-    built-in table."""
+    when the model is missing from the price table (or its price changed). Unset: the price
+    file `MMIRAGE_PRICES` names, else the shipped table (`prices.json`, list prices with each
+    provider's batch discount)."""
 
     def __post_init__(self) -> None:
         self.provider = self.provider.strip().lower()
@@ -103,15 +118,7 @@ class BatchProviderConfig:
             )
         self.oversized_request_policy = policy
         self.metadata_output_path = os.path.expanduser(self.metadata_output_path)
-        if self.price_per_mtok is not None:
-            if set(self.price_per_mtok) != {"input", "output"}:
-                raise FieldError(
-                    "price_per_mtok",
-                    "must have exactly the keys 'input' and 'output' (USD per 1M tokens), got "
-                    f"{sorted(self.price_per_mtok)}",
-                )
-            for key, value in self.price_per_mtok.items():
-                _at_least(f"price_per_mtok.{key}", value, 0)
+        check_price_per_mtok(self.price_per_mtok)
 
 
 @dataclass

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from llm_kit.providers import provider_names, provider_spec
-from mmirage.config.batch_provider import BatchProviderConfig
+from mmirage.config.batch_provider import BatchProviderConfig, check_price_per_mtok
 from mmirage.config.errors import FieldError
 from mmirage.config.fields import (
     NonEmptyStr,
@@ -16,6 +16,7 @@ from mmirage.config.fields import (
     PositiveFloat,
     PositiveInt,
 )
+from mmirage.config.sampling import check_sampling
 
 # Any provider registered with llm_kit (llm_kit.providers), checked when the config is built.
 MessageFormat = str
@@ -71,9 +72,14 @@ class LLMProcessorConfig:
     """The server each shard starts for a local model (used only when `server_args.model_path`
     is set and neither `base_url` nor `message_format` is)."""
     default_sampling_params: dict[str, Any] = field(default_factory=dict)
-    """Sampling for every request (SGLang names): `temperature`, `top_p`, `max_tokens` (or
-    `max_new_tokens`), `seed`, `stop`; any other key is sent in the request body as is. Empty:
-    the model's defaults."""
+    """Sampling for every request (SGLang names): `temperature`, `top_p`, `top_k`, `min_p`,
+    `max_new_tokens` (or `max_tokens`, `max_completion_tokens`: sent under the field the model
+    needs, e.g. `max_completion_tokens` for OpenAI's o-series and gpt-5), `seed`, `stop`, the
+    penalties, `n`, `logprobs`, `logit_bias`, `reasoning_effort`, `chat_template_kwargs`,
+    `custom_params`... An unknown key is a config error naming the nearest known one; put a
+    provider-specific field under `extra_body: {...}` to send it in the request body as is.
+    `temperature` with `top_p` is refused for `message_format: anthropic` (the API refuses the
+    pair). Empty: the model's defaults."""
     chat_template: str = ""
     """Accepted so that the original MMIRAGE's configs load, and not used: the server applies its
     own chat template. Give a launched server another with
@@ -115,8 +121,14 @@ class LLMProcessorConfig:
         known = provider_names()
         if self.message_format is not None and self.message_format not in known:
             choices = ", ".join(repr(name) for name in known[:-1]) + f" or {known[-1]!r}"
+    price_per_mtok: dict[str, float] | None = None
+    """USD per million tokens this processor pays, `{input: x, output: y}`, for the cost shown
+    while it runs and at the end, when the model is missing from the price table (or its price
+    changed). Unset: the price file `MMIRAGE_PRICES` names, else the shipped table."""
             raise FieldError("message_format", f"must be {choices}, got {self.message_format!r}")
         for name in ("max_retries", "validation_retries"):
+        check_sampling(self.default_sampling_params, self.message_format)
+        check_price_per_mtok(self.price_per_mtok)
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise FieldError(name, f"must be >= 0, got {value}")

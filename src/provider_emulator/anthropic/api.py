@@ -81,6 +81,12 @@ class AnthropicFamily(Family):
         max_tokens = body["max_tokens"]
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise RequestError("max_tokens: Input should be a valid integer greater than 0")
+        if body.get("temperature") is not None and body.get("top_p") is not None:
+            # As the API answers for current models (Claude 4.5 and later).
+            raise RequestError(
+                "`temperature` and `top_p` cannot both be specified for this model. "
+                "Please use only one."
+            )
         raw = body["messages"]
         if not isinstance(raw, list) or not raw:
             raise RequestError("messages: at least one message is required")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -22,6 +23,8 @@ from provider_emulator.responder import Prompt, Reply
 
 MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1-nano", "gpt-5-mini")
 _IMAGE_MIME = ("image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp")
+# OpenAI's reasoning models refuse max_tokens (llm_kit keeps its own copy of this rule).
+_COMPLETION_TOKENS_ONLY = re.compile(r"^(o\d+(-|$)|gpt-5)")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 _NO_KEY = (
@@ -152,6 +155,17 @@ class OpenAIFamily(Family):
             )
         if body.get("stream"):
             raise RequestError("The emulator does not stream: send stream=false.", param="stream")
+        if (
+            dialect == "openai"
+            and body.get("max_tokens") is not None
+            and _COMPLETION_TOKENS_ONLY.match(model)
+        ):
+            raise RequestError(
+                "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead.",
+                param="max_tokens",
+                code="unsupported_parameter",
+            )
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         prompt = Prompt(model, [], max_tokens, body.get("temperature"))
         chars = 0

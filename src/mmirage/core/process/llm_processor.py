@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
+from mmirage.config.sampling import flat_sampling
 from mmirage.core.process.base import (
     OutputRequest,
     OutputResult,
@@ -74,8 +75,9 @@ def resolve_message_format(config: LLMProcessorConfig) -> str:
 
 def sampling_kwargs(config: LLMProcessorConfig) -> dict[str, Any]:
     """``default_sampling_params`` (SGLang names) as ``LLM(...)`` keyword arguments:
-    ``max_new_tokens`` becomes ``max_tokens``; unknown keys go through ``sampling=``."""
-    params = dict(config.default_sampling_params)
+    ``max_new_tokens`` becomes ``max_tokens``; the others (and ``extra_body``'s) go through
+    ``sampling=``."""
+    params = flat_sampling(config.default_sampling_params)
     if "max_new_tokens" in params:
         if "max_tokens" in params and params["max_tokens"] != params["max_new_tokens"]:
             raise ConfigError(

@@ -1,103 +1,72 @@
-"""Batch prices: an estimate before submission, the cost from real usage after merge.
+"""Prices and costs: an estimate before a batch is submitted, the cost of real usage after.
 
-Prices are USD per million tokens at **batch** rates (50 % of each provider's list price), for
-common models, as published around ``PRICES_AS_OF``. They are approximate: providers change
-prices, long-context tiers cost more, cached input costs less. A model is matched exactly, else
-by its longest listed prefix (``gpt-4o-mini-2024-07-18`` → ``gpt-4o-mini``), so dated snapshots
-find their family.
+Prices are USD per million tokens, from the first of (per model):
 
-Extend or override the table (first wins):
+* a processor's ``price_per_mtok`` (an ``llm`` processor's at live rates, a ``batch_api``
+  processor's at batch rates), which a ``PriceBook`` built from the config carries
+  (``PriceBook.from_config``);
+* in Python, ``register_price("my-model", input_per_mtok=0.1, output_per_mtok=0.4)`` (batch);
+* the file ``MMIRAGE_PRICES`` names (see ``price_table``);
+* the table shipped with mmirage, ``prices.json``: list prices with a date and a source per
+  model, and each provider's batch discount.
 
-* in the config, a batch_api processor's ``price_per_mtok`` for its model: a ``PriceBook``
-  built from the config (``PriceBook.from_config``) carries it to whoever prices the run;
-* in Python, ``register_price("my-model", input_per_mtok=0.1, output_per_mtok=0.4)``;
-* from the shell, ``MMIRAGE_PRICES=/path/prices.json`` where the file maps a model to
-  ``{"input": 0.1, "output": 0.4}`` or ``[0.1, 0.4]`` (USD per 1M tokens, batch rate).
+A model is matched exactly, else by its longest listed prefix (``gpt-4o-mini-2024-07-18`` →
+``gpt-4o-mini``). A cost computed from a price older than 6 months logs a warning, once per
+table and process. Prices are approximate: long-context tiers cost more, cached input less.
 
-The pre-submission estimate counts input tokens as UTF-8 bytes / 4 of the request lines. It is a
-rough upper bound for text and a large overestimate for inlined images (base64 bytes are not
-image tokens); output tokens are unknown until the batches are back.
+The pre-submission estimate counts what providers bill as input: the messages' text, a few
+tokens of framing per request, the JSON schema of a JSON output, and a flat guess per image.
+Text tokens are the mean of characters / 4.8 and the count of words and punctuation marks:
+within ±25 % of a BPE tokenizer's count on English prose (tests/test_sampling_and_prices.py
+checks it against the embedded SmolLM2 model's tokenizer). Output tokens are not known before
+the answers come back.
 """
 
 from __future__ import annotations
 
-import os
+import datetime
+import functools
+import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from mmirage.errors import UserError
+from mmirage.core.process.batch.errors import PriceFileError
+from mmirage.core.process.batch.price_table import (
+    PRICES_ENV,
+    ModelPrice,
+    Price,
+    Table,
+    lookup,
+    shipped_table,
+    user_table,
+)
 
-PRICES_AS_OF = "2025-11"
-PRICES_ENV = "MMIRAGE_PRICES"
+logger = logging.getLogger(__name__)
+
+PRICES_AS_OF = "2025-11"  # the shipped table's dates (each model has its own in prices.json)
 BYTES_PER_TOKEN = 4
+CHARS_PER_TOKEN = 4.8  # English prose, BPE tokenizers of 50k-200k entries
+REQUEST_FRAMING_TOKENS = 7  # role markers and the answer's start, per request
+IMAGE_TOKENS = 765  # a flat guess per image (OpenAI's count for 1024x1024 at high detail)
+_PIECES = re.compile(r"\w+|[^\w\s]")  # words and punctuation marks
 
-
-@dataclass(frozen=True)
-class Price:
-    """USD per million tokens, batch rate."""
-
-    input_per_mtok: float
-    output_per_mtok: float
-
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
-
-
-def _half(input_list: float, output_list: float) -> Price:
-    return Price(input_list / 2, output_list / 2)
-
-
-# List prices (USD / 1M tokens) halved for batch; approximate, as of PRICES_AS_OF.
-_BUILT_IN: dict[str, Price] = {
-    # OpenAI
-    "gpt-4o": _half(2.50, 10.00),
-    "gpt-4o-mini": _half(0.15, 0.60),
-    "gpt-4.1": _half(2.00, 8.00),
-    "gpt-4.1-mini": _half(0.40, 1.60),
-    "gpt-4.1-nano": _half(0.10, 0.40),
-    "gpt-5": _half(1.25, 10.00),
-    "gpt-5-mini": _half(0.25, 2.00),
-    "gpt-5-nano": _half(0.05, 0.40),
-    "o3": _half(2.00, 8.00),
-    "o3-mini": _half(1.10, 4.40),
-    "o4-mini": _half(1.10, 4.40),
-    # Anthropic
-    "claude-haiku-4-5": _half(1.00, 5.00),
-    "claude-3-5-haiku": _half(0.80, 4.00),
-    "claude-3-haiku": _half(0.25, 1.25),
-    "claude-sonnet-4-5": _half(3.00, 15.00),
-    "claude-sonnet-4": _half(3.00, 15.00),
-    "claude-3-7-sonnet": _half(3.00, 15.00),
-    "claude-opus-4-5": _half(5.00, 25.00),
-    "claude-opus-4-1": _half(15.00, 75.00),
-    "claude-opus-4": _half(15.00, 75.00),
-    # Google Gemini (prompts up to 200k tokens)
-    "gemini-2.5-pro": _half(1.25, 10.00),
-    "gemini-2.5-flash": _half(0.30, 2.50),
-    "gemini-2.5-flash-lite": _half(0.10, 0.40),
-    "gemini-2.0-flash": _half(0.10, 0.40),
-    "gemini-2.0-flash-lite": _half(0.075, 0.30),
-}
-
-_registered: dict[str, Price] = {}
-_env_cache: tuple[tuple[str, float], dict[str, Price]] | None = None
-
-
-class PriceFileError(UserError, ValueError):
-    """``MMIRAGE_PRICES`` names a file that cannot be used; ``str(err)`` says why."""
+_registered: Table = {}
+_stale_warned: set[str] = set()
 
 
 def register_price(model: str, input_per_mtok: float, output_per_mtok: float) -> None:
     """Add or override a model's batch price (USD per million tokens)."""
-    _registered[model.strip().lower()] = _checked(model, input_per_mtok, output_per_mtok)
+    _registered[model.strip().lower()] = ModelPrice(
+        None, _checked(model, input_per_mtok, output_per_mtok), "register_price"
+    )
 
 
 def unregister_price(model: str) -> None:
-    """Forget a price ``register_price`` added (the built-in and file prices stay)."""
+    """Forget a price ``register_price`` added (the shipped and file prices stay)."""
     _registered.pop(model.strip().lower(), None)
 
 
@@ -107,100 +76,101 @@ def _checked(model: str, input_per_mtok: float, output_per_mtok: float) -> Price
     return Price(float(input_per_mtok), float(output_per_mtok))
 
 
-def _price_of(model: str, entry: Any, path: str) -> Price:
-    if isinstance(entry, dict) and {"input", "output"} <= set(entry):
-        values = [entry["input"], entry["output"]]
-    elif isinstance(entry, list) and len(entry) == 2:
-        values = list(entry)
-    else:
-        raise PriceFileError(
-            f"{PRICES_ENV} file {path}: the price of {model!r} must be "
-            '{"input": X, "output": Y} or [X, Y] (USD per 1M tokens)'
-        )
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in values):
-        raise PriceFileError(
-            f"{PRICES_ENV} file {path}: the price of {model!r} needs two non-negative numbers"
-        )
-    return Price(float(values[0]), float(values[1]))
+def _configured(prices: dict[str, Price], batch: bool) -> Table:
+    label = "the config's price_per_mtok"
+    return {
+        m: ModelPrice(None if batch else p, p if batch else None, label) for m, p in prices.items()
+    }
 
 
-def _env_prices() -> dict[str, Price]:
-    """The prices of the ``MMIRAGE_PRICES`` file (read again only when it changes)."""
-    global _env_cache
-    path = os.environ.get(PRICES_ENV, "").strip()
-    if not path:
-        return {}
-    try:
-        stamp = (path, os.path.getmtime(path))
-        if _env_cache is not None and _env_cache[0] == stamp:
-            return _env_cache[1]
-        data = orjson.loads(Path(path).read_bytes())
-    except OSError as exc:
-        raise PriceFileError(
-            f"{PRICES_ENV} names {path}, which cannot be read ({exc.strerror or exc}); "
-            "fix the path or unset it"
-        ) from None
-    except orjson.JSONDecodeError:
-        raise PriceFileError(f"{PRICES_ENV} file {path} is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise PriceFileError(f"{PRICES_ENV} file {path} must map model names to prices")
-    prices = {str(m).strip().lower(): _price_of(str(m), e, path) for m, e in data.items()}
-    _env_cache = (stamp, prices)
-    return prices
-
-
-def _lookup(model: str | None, tables: tuple[dict[str, Price], ...]) -> Price | None:
-    if not model:
-        return None
-    name = model.strip().lower()
-    for table in tables:
-        if name in table:
-            return table[name]
-    for table in tables:
-        prefixes = [key for key in table if name.startswith(key)]
-        if prefixes:
-            return table[max(prefixes, key=len)]
-    return None
+def _warn_if_stale(model: str, entry: ModelPrice, today: datetime.date | None = None) -> None:
+    if entry.table in _stale_warned or not entry.is_stale(today or datetime.date.today()):
+        return
+    _stale_warned.add(entry.table)
+    logger.warning(
+        "%s: the price of %s dates from %s, over 6 months ago, so the costs shown may be off; "
+        "check %s and set price_per_mtok on the processor, or name a newer price file in %s",
+        entry.table,
+        model,
+        entry.date,
+        entry.source or "the provider's price page",
+        PRICES_ENV,
+    )
 
 
 @dataclass(frozen=True)
 class PriceBook:
-    """The prices one run uses: its config's ``price_per_mtok`` first, then the registered
-    prices, the ``MMIRAGE_PRICES`` file and the built-in table."""
+    """The prices one run uses: its config's ``price_per_mtok`` first (``configured``: batch
+    rates of ``batch_api`` processors; ``configured_live``: live rates of ``llm`` processors),
+    then the registered prices, the ``MMIRAGE_PRICES`` file and the shipped table."""
 
     configured: dict[str, Price] = field(default_factory=dict)
+    configured_live: dict[str, Price] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: Any) -> PriceBook:
-        """The book of every batch_api processor of ``config`` (an ``MMirageConfig``)."""
-        return cls.from_providers(
-            getattr(p, "provider_config", None) for p in getattr(config, "processors", [])
-        )
+        """The book of every processor of ``config`` (an ``MMirageConfig``)."""
+        processors = list(getattr(config, "processors", []))
+        book = cls.from_providers(getattr(p, "provider_config", None) for p in processors)
+        live = _prices_of(p for p in processors if getattr(p, "type", None) == "llm")
+        return cls(book.configured, live)
 
     @classmethod
     def from_providers(cls, provider_configs: Iterable[Any]) -> PriceBook:
-        configured: dict[str, Price] = {}
-        for provider_config in provider_configs:
-            price = getattr(provider_config, "price_per_mtok", None)
-            model = getattr(provider_config, "model", None)
-            if price and model:
-                configured[model.strip().lower()] = _checked(model, price["input"], price["output"])
-        return cls(configured)
+        """The book of ``batch_api`` provider configs (their ``price_per_mtok``: batch rates)."""
+        return cls(_prices_of(provider_configs))
 
-    def price_for(self, model: str | None) -> Price | None:
-        """The batch price of ``model``, or ``None`` when it is not known."""
-        return _lookup(model, (self.configured, _registered, _env_prices(), _BUILT_IN))
+    @functools.cached_property
+    def _own_tables(self) -> tuple[Table, Table]:
+        """The config's prices as tables (batch, live): built once, looked up per row."""
+        return _configured(self.configured, True), _configured(self.configured_live, False)
+
+    def _entry(self, model: str | None, batch: bool) -> ModelPrice | None:
+        own = self._own_tables[0 if batch else 1]
+        return lookup(model, (own, _registered, user_table(), shipped_table()), batch)
+
+    def price_for(self, model: str | None, *, batch: bool = True) -> Price | None:
+        """The price of ``model`` (batch rates unless ``batch=False``), or ``None`` when it is
+        not known."""
+        entry = self._entry(model, batch)
+        return None if entry is None else entry.for_mode(batch)
 
     def estimate_submission(self, model: str, request_bytes: int) -> CostEstimate:
-        """The estimate shown before (or at) submission: input only, from the request bytes."""
-        tokens = estimate_input_tokens(request_bytes)
-        price = self.price_for(model)
-        return CostEstimate(model, tokens, None if price is None else price.cost(tokens, 0))
+        """An estimate from request bytes alone (bytes / 4: an upper bound, several times too
+        high for requests with a schema; ``estimate_input`` counts the text instead)."""
+        return self.estimate_input(model, estimate_input_tokens(request_bytes))
 
-    def usage_cost(self, model: str | None, input_tokens: int, output_tokens: int) -> float | None:
-        """The cost of real usage at batch prices, or ``None`` when the price is not known."""
-        price = self.price_for(model)
-        return None if price is None else price.cost(input_tokens, output_tokens)
+    def estimate_input(self, model: str, input_tokens: int) -> CostEstimate:
+        """The estimate shown before (or at) submission: ``input_tokens`` at batch prices."""
+        entry = self._entry(model, True)
+        price = None if entry is None else entry.batch
+        if entry is None or price is None:
+            return CostEstimate(model, input_tokens, None)
+        _warn_if_stale(model, entry)
+        priced_on = None if entry.date is None else entry.date.isoformat()
+        return CostEstimate(model, input_tokens, price.cost(input_tokens, 0), priced_on)
+
+    def usage_cost(
+        self, model: str | None, input_tokens: int, output_tokens: int, *, batch: bool = True
+    ) -> float | None:
+        """The cost of real usage (batch rates unless ``batch=False``), or ``None`` when the
+        price is not known. Warns once when the price is over 6 months old."""
+        entry = self._entry(model, batch)
+        price = None if entry is None else entry.for_mode(batch)
+        if entry is None or price is None:
+            return None
+        _warn_if_stale(str(model), entry)
+        return price.cost(input_tokens, output_tokens)
+
+
+def _prices_of(configs: Iterable[Any]) -> dict[str, Price]:
+    prices: dict[str, Price] = {}
+    for config in configs:
+        price = getattr(config, "price_per_mtok", None)
+        model = getattr(config, "model", None)
+        if price and model:
+            prices[model.strip().lower()] = _checked(model, price["input"], price["output"])
+    return prices
 
 
 _DEFAULT_BOOK = PriceBook()  # what the module-level functions use: no config prices
@@ -216,20 +186,50 @@ def estimate_input_tokens(request_bytes: int) -> int:
     return -(-request_bytes // BYTES_PER_TOKEN)
 
 
+def estimate_text_tokens(text: str) -> int:
+    """Tokens of ``text``: the mean of characters / 4.8 and the words and punctuation marks."""
+    if not text:
+        return 0
+    pieces = sum(1 for _ in _PIECES.finditer(text))
+    return round((len(text) / CHARS_PER_TOKEN + pieces) / 2)
+
+
+def schema_tokens(schema: dict[str, Any] | None) -> int:
+    """Tokens of a JSON output's schema, which providers bill with every request."""
+    if not schema:
+        return 0
+    return estimate_text_tokens(orjson.dumps(schema).decode())
+
+
+def estimate_request_tokens(prompt: str | None, schema: int = 0, images: int = 0) -> int:
+    """Input tokens of one request: its prompt, its framing, ``schema`` tokens and images."""
+    return (
+        estimate_text_tokens(prompt or "")
+        + REQUEST_FRAMING_TOKENS
+        + schema
+        + images * (IMAGE_TOKENS)
+    )
+
+
 @dataclass(frozen=True)
 class CostEstimate:
     model: str
     input_tokens: int
     input_cost: float | None  # None: the model's price is not known
+    priced_on: str | None = None  # the date of the price used, when its table says
 
     def describe(self) -> str:
         tokens = f"~{self.input_tokens:,} input tokens"
         if self.input_cost is None:
-            return f"{tokens} for {self.model} (no known batch price: see {PRICES_ENV})"
+            return (
+                f"{tokens} for {self.model} (no known batch price: set price_per_mtok on the "
+                f"processor or see {PRICES_ENV})"
+            )
+        dated = f", prices of {self.priced_on}" if self.priced_on else ""
         return (
             f"{tokens} for {self.model}: ~{format_usd(self.input_cost)} of input at batch "
-            f"prices (approximate, prices as of {PRICES_AS_OF}); output tokens are not known "
-            "before the batches finish"
+            f"prices (approximate{dated}); output tokens are not known before the batches "
+            "finish"
         )
 
 
@@ -245,6 +245,13 @@ def format_usd(amount: float) -> str:
     return f"${amount:,.4f}" if amount < 1 else f"${amount:,.2f}"
 
 
+def register_config_prices(config: Any) -> None:
+    """Register the ``price_per_mtok`` of every batch_api processor of ``config`` process-wide
+    (kept for callers of this name; a run passes ``PriceBook.from_config`` instead)."""
+    for model, price in PriceBook.from_config(config).configured.items():
+        register_price(model, price.input_per_mtok, price.output_per_mtok)
+
+
 __all__ = [
     "PRICES_AS_OF",
     "PRICES_ENV",
@@ -253,18 +260,14 @@ __all__ = [
     "PriceBook",
     "PriceFileError",
     "estimate_input_tokens",
+    "estimate_request_tokens",
     "estimate_submission",
+    "estimate_text_tokens",
     "format_usd",
     "price_for",
     "register_config_prices",
     "register_price",
+    "schema_tokens",
     "unregister_price",
     "usage_cost",
 ]
-
-
-def register_config_prices(config: Any) -> None:
-    """Register the ``price_per_mtok`` of every batch_api processor of ``config`` process-wide
-    (kept for callers of this name; a run passes ``PriceBook.from_config`` instead)."""
-    for model, price in PriceBook.from_config(config).configured.items():
-        _registered[model] = price

@@ -24,4 +24,9 @@ class IncompleteResultsError(WorkFailed):
         self.expected = expected
 
 
-__all__ = ["CollectorError", "CollectorSetupError", "IncompleteResultsError"]
+class PriceFileError(UserError, ValueError):
+    """A price file (``MMIRAGE_PRICES``, or the shipped table) cannot be used; ``str(err)``
+    says why."""
+
+
+__all__ = ["CollectorError", "CollectorSetupError", "IncompleteResultsError", "PriceFileError"]

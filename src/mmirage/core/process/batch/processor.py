@@ -35,7 +35,7 @@ import orjson
 
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
-from mmirage.core.process.batch.cost import PriceBook
+from mmirage.core.process.batch.cost import PriceBook, estimate_request_tokens, schema_tokens
 from mmirage.core.process.batch.creation import STOP_GRACE_S, ChunkCreator
 from mmirage.core.process.batch.intents import (
     print_unsaved_receipt,
@@ -125,7 +125,8 @@ class BatchApiProcessor(Processor):
         self._failure: BaseException | None = None
         self._schemas: dict[str, dict[str, Any] | None] = {}
         self.submitted_batches = 0
-        self.spooled_bytes = 0  # request bytes spooled by this run, for the cost estimate
+        self.spooled_bytes = 0  # request bytes spooled by this run
+        self.spooled_tokens = 0  # their estimated input tokens, for the cost estimate
         self.prices = PriceBook.from_providers([self.provider_config])
 
     # -- the Processor protocol ------------------------------------------------------------
@@ -149,9 +150,13 @@ class BatchApiProcessor(Processor):
             built.append((custom_id, modality, request, line))
         held = self._versions.held([custom_id for custom_id, *_ in built])
         by_modality: dict[str, list[tuple[str, int, int, bytes]]] = {}
+        billed_schema = schema_tokens(self._schema(output))  # billed with every request
         for custom_id, modality, request, line in built:
             if held and held.get(custom_id) == self._versions.version(line):
                 continue  # the provider holds this very request already
+            self.spooled_tokens += estimate_request_tokens(
+                request.prompt, billed_schema, len(request.image_urls)
+            )
             dataset = int(request.row_key.split(":", 1)[0])
             by_modality.setdefault(modality, []).append(
                 (custom_id, request.source_index, dataset, line)
@@ -185,8 +190,8 @@ class BatchApiProcessor(Processor):
         if not self.spooled_bytes:
             return None
         model = str(getattr(self.provider_config, "model", self.provider_config.provider))
-        estimate = self.prices.estimate_submission(model, self.spooled_bytes)
-        self.spooled_bytes = 0
+        estimate = self.prices.estimate_input(model, self.spooled_tokens)
+        self.spooled_bytes = self.spooled_tokens = 0
         return f"{'exported' if self.dry_run else 'submitted'} {estimate.describe()}"
 
     async def aclose(self) -> None:
