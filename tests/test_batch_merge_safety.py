@@ -129,8 +129,11 @@ def test_placeholder_look_alikes_in_data_or_live_answers_are_left_as_they_are(
     assert [r["__errors__"] for r in merged] == [None] * 4
     # One batch request per row, each row's tokens counted once.
     assert request_totals(merge.out)["total"] == 4, merge.out
-    # A row's tokens: its live output's (the shard's __usage__) plus its batch request's.
-    live = {r["__row_key__"]: r["__usage__"]["input_tokens"] for r in shard_rows(tmp_path / "out")}
+    # A row's tokens: its live output's plus its batch request's. In the shard, __usage__ is
+    # null (unknown until merge) and the live output's count rides with the variables.
+    published = shard_rows(tmp_path / "out")
+    assert all(r["__usage__"] is None for r in published)
+    live = {r["__row_key__"]: r["__vars__"]["__usage__"][0] for r in published}
     assert all(live.values()) and "__usage__" not in merged[0]
     batch = {r["input_tokens"] - live[r["__row_key__"]] for r in merged}
     assert len(batch) == 1 and batch.pop() > 0, merged  # the answers' prompts: same length

@@ -118,7 +118,20 @@ class BatchProviderConfig:
             )
         self.oversized_request_policy = policy
         self.metadata_output_path = os.path.expanduser(self.metadata_output_path)
+        _check_receipt_base(self.metadata_output_path)
         check_price_per_mtok(self.price_per_mtok)
+
+
+def _check_receipt_base(path: str) -> None:
+    """A receipt base names files (``<base>.text.<run id>.jsonl``): a folder would make
+    hidden files inside it (``dir/.text.<run id>.jsonl``)."""
+    if path and (path.endswith(("/", os.sep)) or os.path.isdir(path)):
+        raise FieldError(
+            "metadata_output_path",
+            f"'{path}' is a folder; name a file in it, e.g. "
+            f"'{os.path.join(path, 'batch_metadata.jsonl')}' (receipts are written beside it "
+            "as batch_metadata.text.<run id>.jsonl)",
+        )
 
 
 @dataclass

@@ -125,6 +125,9 @@ class RowBuilder:
             totals.rows_with_errors += bool(errors)
             self._add_usage(row, None)
             return row
+        spent = variables.pop(USAGE, None)  # what its live outputs spent (``row_usage``)
+        if spent is not None:
+            row[USAGE] = {"input_tokens": spent[0], "output_tokens": spent[1]}
         filled = dict(variables)
         tokens: list[int] | None = None
         requests = totals.requests

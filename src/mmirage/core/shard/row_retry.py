@@ -28,10 +28,11 @@ from mmirage.core.loader import DatasetShard, Row
 from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.reading import row_by_key
 from mmirage.core.shard.retry_marker import Marker, read_marker
+from mmirage.core.shard.row_usage import add_spent
 from mmirage.core.shard.rows import RowWorker
 from mmirage.core.shard.tally import tally
 from mmirage.core.writer.formats import iter_rows, jsonl_lines
-from mmirage.rundir import RETRY, ROW_KEY, USAGE
+from mmirage.rundir import RETRY, ROW_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +95,7 @@ async def _recompute(worker: RowWorker, published: Path, sink: Path, group_rows:
         async def flush() -> None:
             records = await worker.process([row for row, _ in group])
             for record, (_, marker) in zip(records, group, strict=True):
-                usage = record[USAGE]
-                usage["input_tokens"] += marker.spent_input_tokens
-                usage["output_tokens"] += marker.spent_output_tokens
+                add_spent(record, marker.spent_input_tokens, marker.spent_output_tokens)
             f.write(jsonl_lines(records))
             group.clear()
 

@@ -29,6 +29,7 @@ from mmirage.core.shard.reading import Item
 from mmirage.core.shard.refusals import refused_record, reserved_column_error
 from mmirage.core.shard.request_keys import RequestKeys
 from mmirage.core.shard.retry_marker import retry_marker
+from mmirage.core.shard.row_usage import unknown_usage
 from mmirage.rundir import ERRORS, RETRY, ROW_KEY, USAGE, VARS
 
 # A row's columns, read by ``map`` (a loop in C) over a group's rows.
@@ -393,6 +394,7 @@ class RowWorker:
         batch = self.batch_outputs
         if batch and any(is_placeholder(variables.get(n)) for n in batch):
             record[VARS] = {n: variables[n] for n in self.renderer.variables if n in variables}
+            unknown_usage(record, *g.tokens(p))
         if errors and g.retryable.get(p, set()).issuperset(errors):
             record[RETRY] = retry_marker(variables, g.paid.get(p, {}), *g.tokens(p))
         return record
