@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -16,6 +15,7 @@ import click
 from mmirage.errors import UserError, WorkFailed
 from mmirage.executors.base import Executor, RunPlan, RunRequest, summary
 from mmirage.executors.outcome import RunResult, ShardOutcome, conclude, describe, stats_json
+from mmirage.executors.preflight import check_before_run
 from mmirage.executors.signals import die_with_parent, stop_on_signals
 from mmirage.rundir import RunDir
 
@@ -24,27 +24,6 @@ if TYPE_CHECKING:
     from mmirage.core.shard.runner import ShardReport
 
 RunShard = Callable[..., "ShardReport"]  # mmirage.core.shard.run_shard's signature
-
-
-def check_dirs(cfg: MMirageConfig, run_dir: RunDir) -> None:
-    """Every key and directory the run needs, before any shard starts (``UserError``)."""
-    from mmirage.core.process.preflight import check_credentials
-    from mmirage.core.shard.state import ensure_writable_dir
-
-    check_credentials(cfg)
-
-    lp = cfg.loading_params
-    ensure_writable_dir(run_dir.state, "loading_params.state_dir")
-    for index, ds in enumerate(lp.datasets):
-        where = f"loading_params.datasets[{index}].output_dir"
-        ensure_writable_dir(Path(os.path.expanduser(ds.output_dir)) / ".parts", where)
-    if cfg.uses_batch_api:
-        # Receipts are written after the provider accepted a batch: their folder must be
-        # usable before anything is sent.
-        for index, processor in enumerate(cfg.processors):
-            if (key := processor.name or processor.type) in run_dir.receipt_bases:
-                base = Path(run_dir.receipt_base(key))
-                ensure_writable_dir(base.parent, f"processors[{index}].metadata_output_path")
 
 
 def _attempts(run_dir: RunDir, shard_id: int) -> int:
@@ -151,7 +130,7 @@ class LocalExecutor(Executor):
         if request.plan.export_prompts is not None:
             outcomes = self._export(shards, request.plan)
             return RunResult(False, shards, lambda: self._conclude(outcomes, request.stats))
-        check_dirs(self.cfg, self.run_dir)
+        check_before_run(self.cfg, self.run_dir)
         outcomes = self.run_shards(shards, request.plan, "run")
         finished = all(o.ok for o in outcomes)
         return RunResult(finished, shards, lambda: self._conclude(outcomes, request.stats))
@@ -184,7 +163,7 @@ class LocalExecutor(Executor):
         self._as_shard_process()
         outcomes: list[ShardOutcome] = []
         if todo:
-            check_dirs(self.cfg, self.run_dir)
+            check_before_run(self.cfg, self.run_dir)
             outcomes = self.run_shards(todo, RunPlan(retry=True, retry_rows=True), "retry")
         after = states()
         report: dict[str, object] = dict(summary([after[k] for k in chosen]))

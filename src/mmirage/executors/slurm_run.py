@@ -58,9 +58,11 @@ def submit_shards(
 ) -> Submission:
     """One sbatch array for ``shard_ids``; its job id alone on stdout (``JOB=$(mmirage run
     c.yaml)``), the rest on stderr."""
+    from mmirage.executors.preflight import check_before_run
     from mmirage.executors.slurm import submit
     from mmirage.executors.slurm_client import SlurmUnavailableError
 
+    check_before_run(cfg, run_dir)  # here, as a local run would: not in a task, hours later
     try:
         record = submit(
             cfg,

@@ -50,10 +50,18 @@ __all__ = [
 ]
 
 
-def open_datasets(configs: Sequence[DatasetConfig]) -> list[DatasetSource]:
+def open_datasets(
+    configs: Sequence[DatasetConfig], config_path: str | None = None
+) -> list[DatasetSource]:
     """Open every dataset or fail: a dataset that cannot be read is an error, never skipped
-    (skipping it would shift later datasets into the wrong output_dir)."""
-    return [open_dataset(config, index) for index, config in enumerate(configs)]
+    (skipping it would shift later datasets into the wrong output_dir). ``config_path``, when
+    given, starts the error's sentence."""
+    try:
+        return [open_dataset(config, index) for index, config in enumerate(configs)]
+    except DataError as exc:
+        if config_path:
+            raise DataError(f"{config_path}: {exc}") from None
+        raise
 
 
 def open_dataset(config: DatasetConfig, index: int = 0) -> DatasetSource:

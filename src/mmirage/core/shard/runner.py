@@ -39,7 +39,6 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mmirage.core.loader import open_datasets, plan_shard
-from mmirage.core.loader.base import DataError
 from mmirage.core.process.base import Processor, RunContext
 from mmirage.core.process.factory import build_processor  # built-ins import on first use
 from mmirage.core.shard.answers import AnswerStore
@@ -190,10 +189,7 @@ async def _arun_shard_locked(
     elif force:
         status.data[FORCED_BY] = context.run_id
     # Opened before anything is marked running: a bad path is the user's error, not a failure.
-    try:
-        sources = open_datasets(lp.datasets)
-    except DataError as exc:
-        raise DataError(f"{config.config_path}: {exc}") from None if config.config_path else exc
+    sources = open_datasets(lp.datasets, config.config_path)
     shards = plan_shard(sources, lp.num_shards, shard_id)
     offsets = source_offsets(sources)
     outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards, lp.output_format) for s in shards]
