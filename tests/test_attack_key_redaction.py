@@ -39,6 +39,7 @@ from llm_kit import LLM, BatchConfig, BatchItem, Message
 from llm_kit.errors import ProviderError
 from llm_kit.redact import clip, redact, redact_bytes, redact_text
 from provider_emulator.runner import EmulatorHandle
+from test_key_redaction import live_pipeline
 
 # 50 characters, with a "/" (JSON may write it "\/") and a "-" (written "\u002d" below).
 SECRET = "sk-proj-Esc/4pE7qL2vN9xR3tW8yZ1bC6dF0gH5jKMq8uV2wY"
@@ -285,48 +286,17 @@ ROWS = [
 ]
 
 
-def _live_pipeline(root: Path, fmt: str, base_url: str) -> Path:
-    config = {
-        "processors": [
-            {
-                "type": "llm",
-                "message_format": fmt,
-                "base_url": base_url,
-                "model": "echo",
-                "max_retries": 0,
-            }
-        ],
-        "loading_params": {
-            "state_dir": str(root / "state"),
-            "datasets": [
-                {
-                    "path": write_rows(root / "rows.jsonl", ROWS),
-                    "type": "JSONL",
-                    "output_dir": str(root / "out"),
-                }
-            ],
-            "output_format": "jsonl",
-        },
-        "processing_params": {
-            "inputs": [{"name": "text", "key": "text"}],
-            "outputs": [{"name": "answer", "type": "llm", "prompt": "Say {{ text }}"}],
-            "output_schema": {"text": "{{ text }}", "answer": "{{ answer }}"},
-        },
-    }
-    return write_yaml(root / "pipeline.yaml", config)
-
-
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])
 def test_a_live_run_writes_no_escaped_or_cut_key(fmt: str, proxy: str, tmp_path: Path) -> None:
     env = cli_env(**{_ENV_KEY[fmt]: SECRET})
     quoted = tmp_path / "quoted"
-    config = _live_pipeline(quoted, fmt, _base_url(proxy, fmt))
+    config = live_pipeline(quoted, fmt, _base_url(proxy, fmt), ROWS)
     runs = [mmirage("run", config, env=env)]
     runs += [mmirage(command, config, env=env) for command in ("check", "stats", "retry")]
     merged = quoted / "merged"
     runs.append(mmirage("merge", config, "--format", "jsonl", "--output-root", merged, env=env))
     denied = tmp_path / "denied"
-    denied_config = _live_pipeline(denied, fmt, _base_url(proxy, fmt, "deny"))
+    denied_config = live_pipeline(denied, fmt, _base_url(proxy, fmt, "deny"), ROWS)
     runs += [mmirage(command, denied_config, env=env) for command in ("run", "stats")]
 
     assert runs[4].code == 0, str(runs[4])

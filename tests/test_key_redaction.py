@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,10 @@ def _base_url(proxy: str, fmt: str, *, deny: bool = False) -> str:
 ROWS = [{"text": "alpha"}, {"text": "FAIL400 beta"}, {"text": "FAIL500 gamma"}, {"text": "delta"}]
 
 
-def _pipeline(root: Path, fmt: str, base_url: str) -> Path:
+def live_pipeline(
+    root: Path, fmt: str, base_url: str, rows: Sequence[Mapping[str, Any]] = ROWS
+) -> Path:
+    """One live ``llm`` output over ``rows``, no retries, through ``base_url``."""
     config = {
         "processors": [
             {
@@ -121,7 +124,7 @@ def _pipeline(root: Path, fmt: str, base_url: str) -> Path:
             "state_dir": str(root / "state"),
             "datasets": [
                 {
-                    "path": write_rows(root / "rows.jsonl", ROWS),
+                    "path": write_rows(root / "rows.jsonl", rows),
                     "type": "JSONL",
                     "output_dir": str(root / "out"),
                 }
@@ -155,7 +158,7 @@ def test_live_run_writes_no_key_when_the_gateway_quotes_it(
 ) -> None:
     env = cli_env(**{_ENV_KEY[fmt]: SECRET})
     failing = tmp_path / "failing"
-    config = _pipeline(failing, fmt, _base_url(proxy, fmt))
+    config = live_pipeline(failing, fmt, _base_url(proxy, fmt))
     runs = [mmirage("run", config, env=env)]
     merged_root = failing / "merged"
     runs.append(
@@ -163,7 +166,7 @@ def test_live_run_writes_no_key_when_the_gateway_quotes_it(
     )
     runs.append(mmirage("stats", config, env=env))
     denied = tmp_path / "denied"
-    denied_config = _pipeline(denied, fmt, _base_url(proxy, fmt, deny=True))
+    denied_config = live_pipeline(denied, fmt, _base_url(proxy, fmt, deny=True))
     runs.append(mmirage("run", denied_config, env=env))
     runs.append(mmirage("stats", denied_config, env=env))
 
