@@ -116,19 +116,19 @@ class LLMProcessorConfig:
     default (2)."""
     request_timeout: PositiveFloat | None = None
     """Seconds one attempt may take. Unset: llm_kit's default (120)."""
-
-    def __post_init__(self) -> None:
-        known = provider_names()
-        if self.message_format is not None and self.message_format not in known:
-            choices = ", ".join(repr(name) for name in known[:-1]) + f" or {known[-1]!r}"
     price_per_mtok: dict[str, float] | None = None
     """USD per million tokens this processor pays, `{input: x, output: y}`, for the cost shown
     while it runs and at the end, when the model is missing from the price table (or its price
     changed). Unset: the price file `MMIRAGE_PRICES` names, else the shipped table."""
-            raise FieldError("message_format", f"must be {choices}, got {self.message_format!r}")
-        for name in ("max_retries", "validation_retries"):
+
+    def __post_init__(self) -> None:
         check_sampling(self.default_sampling_params, self.message_format)
         check_price_per_mtok(self.price_per_mtok)
+        known = provider_names()
+        if self.message_format is not None and self.message_format not in known:
+            choices = ", ".join(repr(name) for name in known[:-1]) + f" or {known[-1]!r}"
+            raise FieldError("message_format", f"must be {choices}, got {self.message_format!r}")
+        for name in ("max_retries", "validation_retries"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise FieldError(name, f"must be >= 0, got {value}")
