@@ -243,15 +243,27 @@ def test_custom_function_output(ran: Ran) -> None:
 @pytest.mark.parametrize("name", RECIPES)
 def test_check_reports_the_shard_done(ran: Ran, name: str) -> None:
     command = [str(MMIRAGE)] if MMIRAGE.exists() else [sys.executable, "-m", "mmirage"]
+    # The config as the run read it: the base URL is part of what decides its rows.
+    (url,) = [ln.split("=", 1)[1] for ln in ran.stdout.splitlines() if ln.startswith("OPENAI_BASE")]
     done = subprocess.run(
         [*command, "check", f"examples/recipes/{name}.yaml"],
         cwd=ran.root,
+        env={**os.environ, "OPENAI_BASE_URL": url},
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 shard(s): 1 success" in done.stdout
+    elsewhere = subprocess.run(
+        [*command, "check", f"examples/recipes/{name}.yaml"],
+        cwd=ran.root,
+        env={**os.environ, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert elsewhere.returncode == 1 and "1 outdated" in elsewhere.stdout  # another server
 
 
 def test_run_one_recipe_by_name(tmp_path: Path) -> None:

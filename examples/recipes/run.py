@@ -95,6 +95,8 @@ def main() -> None:
     )
     try:
         wait_until_up(f"http://127.0.0.1:{port}/", emulator)
+        # `mmirage check` of a recipe reads its config the same way: with this variable.
+        print(f"OPENAI_BASE_URL={env['OPENAI_BASE_URL']}", flush=True)
         for name in args.recipes or RECIPES:
             run_recipe(name, env)
     finally:
