@@ -326,7 +326,7 @@ def test_a_source_column_with_a_reserved_name_is_refused_in_one_sentence(
     config = reserved_config(tmp_path, escapes, rows)
     asked = escapes.stats()["requests"]
     run = mmirage("run", config, env=env())
-    assert run.code == 2 and run.err.count("\n") == 1, str(run)  # the data's error: one line
+    assert run.code == 2 and len(run.error_lines) == 1, str(run)  # the data's error: one line
     sentence = (
         f"column '{column}' of {tmp_path / 'rows.jsonl'} (row id 1) has a name mmirage reserves "
         "for its own columns"

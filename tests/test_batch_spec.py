@@ -780,14 +780,55 @@ def test_anthropic_rejects_a_bmp_image_before_submission(
     rows[0]["img"], rows[1]["img"] = str(png), str(bmp)
     made = prepare(tmp_path, emu, rows, "anthropic")
     before = batches_created(emu, "anthropic")
+    # The page: "raises before submission on anything else, so give your images a correct
+    # extension": the run stops (exit 2) naming the row and the file; nothing is submitted.
     result = mmirage("run", "--config", made.config, env=key_env("anthropic"))
-    assert result.code == 1 and "1 row(s) failed" in result.err, str(result)
-    published = shard_rows(made.out)
-    assert [bool(row["__errors__"]) for row in published] == [False, True, False]
-    assert "image/bmp" in str(published[1]["__errors__"])
-    submitted = receipt_ids(made.lines())
-    assert sorted(submitted) == ["answer-multimodal-0", "answer-text-2"]
-    assert batches_created(emu, "anthropic") - before == 2  # one per modality, no bmp anywhere
+    assert result.code == 2, str(result)
+    (error,) = result.error_lines
+    assert error.startswith(f"error: row 0::1: an image of '{bmp}' is image/bmp"), error
+    assert "give the file its correct extension" in error and "Traceback" not in result.err
+    assert batches_created(emu, "anthropic") == before and not made.lines()
+
+    bmp.rename(converted := tmp_path / "scan.png")  # a PNG now, as far as anyone can tell
+    converted.write_bytes(PNG_MAGIC + b"\0" * 64)
+    rows[1]["img"] = str(converted)
+    made = prepare(tmp_path, emu, rows, "anthropic")
+    ok(mmirage("run", "--config", made.config, env=key_env("anthropic")))
+    assert sorted(receipt_ids(made.lines())) == [
+        "answer-multimodal-0",
+        "answer-multimodal-1",
+        "answer-text-2",
+    ]
+
+
+def test_an_image_is_typed_by_its_extension(emulators: Emulators, tmp_path: Path) -> None:
+    """The page: the type is the extension's (the bytes must still be an image's): a PNG
+    named .bmp goes to OpenAI as image/bmp, as it is, with one warning; an SVG goes as-is;
+    a text file named .png is no image and stays that row's error."""
+    png_as_bmp, svg, text = tmp_path / "photo.bmp", tmp_path / "logo.svg", tmp_path / "notes.png"
+    png_as_bmp.write_bytes(PNG_MAGIC + b"\0" * 64)
+    svg.write_text('<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>')
+    text.write_text("not an image at all")
+    rows = question_rows(3)
+    rows[0]["img"], rows[1]["img"], rows[2]["img"] = str(png_as_bmp), str(svg), str(text)
+    made = prepare(tmp_path, None, rows)
+    export = tmp_path / "p.jsonl"
+    exported = ok(
+        mmirage("run", "--config", made.config, "--export-prompts", export, env=cli_env()), 1
+    )
+    assert exported.err.count("holds image/png data but its extension says image/bmp") == 1
+    lines = [line for path in sorted(tmp_path.glob("p.*.jsonl")) for line in read_jsonl(path)]
+    types = {
+        line["request"]["custom_id"]: part["image_url"]["url"].split(";", 1)[0]
+        for line in lines
+        for part in line["request"]["body"]["messages"][0]["content"]
+        if part["type"] == "image_url"
+    }
+    assert types == {
+        "answer-multimodal-0": "data:image/bmp",
+        "answer-multimodal-1": "data:image/svg+xml",
+    }
+    assert "notes.png' is not an image file" in exported.err  # row 2's own error
 
 
 # -- custom providers -----------------------------------------------------------------------------

@@ -26,11 +26,23 @@ class ItemError(LLMKitError, ValueError):
     """
 
 
+class ImageTypeError(ItemError):
+    """An image of a type the provider does not take (Anthropic: JPEG, PNG, GIF, WebP).
+    ``media_type`` is the type it has; an item's error, unless the caller decides otherwise
+    (mmirage's batch processor stops the run before anything is submitted)."""
+
+    def __init__(self, message: str, *, media_type: str) -> None:
+        super().__init__(message)
+        self.media_type = media_type
+
+
 class ProviderError(LLMKitError):
     """The provider answered with an error, or could not be reached.
 
     ``retryable`` says whether sending the same request again may succeed;
-    ``retry_after`` is the server's requested wait in seconds, when it gave one.
+    ``retry_after`` is the server's requested wait in seconds, when it gave one;
+    ``budget_spent`` marks a 429 whose rate-limit headers (or Gemini's quota details) say the
+    budget is spent: then every request waits, not only this one (``llm_kit.ratelimit``).
     """
 
     def __init__(
@@ -41,6 +53,7 @@ class ProviderError(LLMKitError):
         kind: str = "provider_error",
         retryable: bool = False,
         retry_after: float | None = None,
+        budget_spent: bool = False,
     ) -> None:
         # One line: a server's body (a pretty-printed JSON, a traceback) lands in a row's
         # recorded error and in the CLI's one-sentence report.
@@ -49,6 +62,17 @@ class ProviderError(LLMKitError):
         self.kind = kind
         self.retryable = retryable
         self.retry_after = retry_after
+        self.budget_spent = budget_spent
+
+
+class ConnectError(ProviderError):
+    """No connection to the endpoint could be opened (refused, unknown host, connect timeout,
+    TLS): the request never reached it. Retryable; ``where`` is the endpoint's URL (redacted).
+    The live pool stops sending when every attempt fails so (``llm_kit.breaker``)."""
+
+    def __init__(self, message: str, *, where: str, kind: str = "connection_error") -> None:
+        super().__init__(message, kind=kind, retryable=True)
+        self.where = where
 
 
 class ResponseValidationError(LLMKitError):

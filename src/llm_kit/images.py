@@ -9,6 +9,7 @@ never the file's bytes.
 from __future__ import annotations
 
 import base64
+import logging
 import mimetypes
 import os
 import re
@@ -19,9 +20,15 @@ from pathlib import Path
 from llm_kit.errors import ItemError
 from llm_kit.redact import clip, redact_text
 
+logger = logging.getLogger(__name__)
+
 # The largest image sent inline: the providers' own per-image limits are of this order.
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
-IMAGE_FORMATS = "PNG, JPEG, GIF, WebP, BMP, TIFF, HEIC or AVIF"
+IMAGE_FORMATS = "PNG, JPEG, GIF, WebP, BMP, TIFF, HEIC, AVIF or SVG"
+# Python's own table only: a system's mime.types may name a type otherwise (image/x-ms-bmp).
+_EXTENSIONS = mimetypes.MimeTypes(filenames=())
+# An SVG is text: XML, after an optional byte-order mark and white space.
+_SVG_STARTS = (b"<svg", b"<?xml")
 
 # Sniffed from the first bytes, so a misnamed file still gets its real type.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -62,7 +69,15 @@ def image_media_type(data: bytes) -> str | None:
         return "image/webp"
     if data[4:8] == b"ftyp":
         return _FTYP_BRANDS.get(data[8:12])
+    if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(_SVG_STARTS):
+        return "image/svg+xml"
     return None
+
+
+def extension_media_type(path: str) -> str | None:
+    """The image type ``path``'s extension names (``None``: no image extension)."""
+    named, _ = _EXTENSIONS.guess_type(path)
+    return named if named is not None and named.startswith("image/") else None
 
 
 def sniff_media_type(data: bytes, name: str = "") -> str:
@@ -127,17 +142,30 @@ def _read_image(
 
 
 @lru_cache(maxsize=256)
-def _load_file_as_data_url(path: str) -> str:
+def _load_file_as_data_url(path: str, typed_by_extension: bool = False) -> str:
     media_type, data = read_image_file(path)
-    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+    named = extension_media_type(path) if typed_by_extension else None
+    if named is not None and named != media_type:  # said once per file: the cache
+        logger.warning(
+            "image %r holds %s data but its extension says %s: sent as %s, as the extension "
+            "says; rename the file if that is wrong",
+            path,
+            media_type,
+            named,
+            named,
+        )
+    type_sent = named or media_type
+    return f"data:{type_sent};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def resolve_image_url(url: str) -> str:
-    """Return an http(s) URL or a data URL for ``url`` (a URL, a data URL or a local path)."""
+def resolve_image_url(url: str, *, typed_by_extension: bool = False) -> str:
+    """Return an http(s) URL or a data URL for ``url`` (a URL, a data URL or a local path).
+    A local file's type is what its first bytes say, or, ``typed_by_extension``, what its
+    extension says (the bytes must still be an image's; a mismatch is logged)."""
     if is_remote(url) or is_data_url(url):
         return url
     path = url[7:] if url.startswith("file://") else url
-    return _load_file_as_data_url(str(Path(path).expanduser()))
+    return _load_file_as_data_url(str(Path(path).expanduser()), typed_by_extension)
 
 
 def describe_image(url: str) -> str:

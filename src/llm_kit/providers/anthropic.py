@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from llm_kit.errors import ItemError
+from llm_kit.errors import ImageTypeError
 from llm_kit.images import describe_image, is_data_url, split_data_url
 from llm_kit.providers.anthropic_batch import AnthropicBatchBackend
 from llm_kit.providers.base import Codec, Completion, RateLimitInfo, int_header
@@ -113,9 +113,10 @@ def image_source(part: ImagePart) -> dict[str, Any]:
         return {"type": "url", "url": url}
     media_type, data = split_data_url(url)
     if media_type not in IMAGE_TYPES:
-        raise ItemError(
+        raise ImageTypeError(
             f"Anthropic accepts only JPEG, PNG, GIF and WebP images; {describe_image(part.url)} "
-            f"is {media_type}: convert it first"
+            f"is {media_type}: convert it first",
+            media_type=media_type,
         )
     return {"type": "base64", "media_type": media_type, "data": data}
 

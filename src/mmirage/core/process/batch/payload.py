@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_kit.errors import ImageTypeError
 from mmirage.core.process.base import OutputRequest
+from mmirage.errors import UserError
 
 
 def modality_of(request: OutputRequest) -> str:
@@ -30,9 +32,10 @@ def build_payload(
     prompt = request.prompt or ""
     content: str | list[dict[str, Any]]
     if request.image_urls:
+        # Typed by extension, as the batch page promises (the bytes must be an image's).
+        urls = [resolve_image_url(url, typed_by_extension=True) for url in request.image_urls]
         content = [{"type": "text", "text": prompt}] + [
-            {"type": "image_url", "image_url": {"url": resolve_image_url(url)}}
-            for url in request.image_urls
+            {"type": "image_url", "image_url": {"url": url}} for url in urls
         ]
     else:
         content = prompt
@@ -43,3 +46,14 @@ def build_payload(
     else:
         payload["response_schema"] = None
     return payload
+
+
+def image_type_refused(provider: str, request: OutputRequest, exc: ImageTypeError) -> UserError:
+    """The run's error for an image the provider does not take: raised before submission, as
+    the batch page says, naming the row and its files (give them their correct extension)."""
+    files = ", ".join(repr(url) for url in request.image_urls)
+    return UserError(
+        f"row {request.row_key}: an image of {files} is {exc.media_type} (its extension's "
+        f"type), which provider {provider} does not take: {exc}; give the file its correct "
+        "extension or convert it, then run again (nothing of this row was submitted)"
+    )

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from llm_kit.errors import ImageTypeError
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
 from mmirage.core.process.batch.cost import PriceBook, estimate_request_tokens, schema_tokens
@@ -42,7 +43,12 @@ from mmirage.core.process.batch.intents import (
     read_intent,
     record_receipt,
 )
-from mmirage.core.process.batch.payload import build_payload, custom_id_for, modality_of
+from mmirage.core.process.batch.payload import (
+    build_payload,
+    custom_id_for,
+    image_type_refused,
+    modality_of,
+)
 from mmirage.core.process.batch.receipts import (
     append_receipt,
     chunk_receipt,
@@ -143,6 +149,8 @@ class BatchApiProcessor(Processor):
                 continue
             try:
                 line = self._line(custom_id, request, output)
+            except ImageTypeError as exc:  # the batch page: raised before submission
+                raise image_type_refused(self.provider_config.provider, request, exc) from None
             except (ValueError, OSError) as exc:  # llm_kit's ItemError is a ValueError
                 why = str(exc).removeprefix(f"request {custom_id}: ")  # named once, here
                 results[-1] = OutputResult(error=f"request '{custom_id}': {why}")

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from llm_kit.errors import ConfigError, ItemError
+from llm_kit.errors import ConfigError, ImageTypeError, ItemError
 from llm_kit.providers.base import Codec
 from llm_kit.providers.batch_backend import Chunk, Outcome
 from llm_kit.schema import ResponseSchema, schema_from_dict
@@ -43,6 +43,8 @@ def encode_payload(
         if schema is None:
             schema = payload_schema(payload.get("response_schema"))
         return codec.encode(model, messages, sampling, schema)
+    except ImageTypeError:
+        raise  # not this request's alone: the processor stops the run before submitting
     except (ConfigError, ItemError) as exc:
         raise ValueError(f"request {custom_id}: {exc}") from None
 
