@@ -1,33 +1,75 @@
-"""Throughput of the embedded llama.cpp engine (SmolLM2-135M-Instruct on the CPU).
+"""The embedded llama.cpp engine (SmolLM2-135M-Instruct on the CPU), measured.
 
-Run: ``python benchmarks/local_engine.py [--n 20] [--max-tokens 48]``. Prints the load time,
-then output tokens/s and requests/s for plain and JSON-schema requests, and how many JSON
-answers validated. Not a test.
+Run: ``python benchmarks/local_engine.py [--rows 64] [--max-tokens 64] [--skip-server]
+[--threads-matrix] [--demo-before]``. Prints, on the benchmark's prompts ("Write two
+sentences about ...", temperature 0):
+
+- answers: how many batched answers equal the one-at-a-time answers, and JSON validity;
+- side by side, quiet and while another process keeps one core busy: ``mmirage run`` on the
+  embedded default against the same pipeline sent to llama.cpp's ``llama-server`` with 8
+  slots on the same GGUF (found or built, see ``_llama_server.py``; skipped with the reason
+  where it cannot be): output tokens/s, their ratio, and each side's peak RSS;
+- ``--threads-matrix``: engine tokens/s for 1 and 2 threads x OpenMP wait policies, quiet
+  and loaded (what ``llm_kit/local/threads.py`` chose from);
+- ``--demo-before``: ``make demo``'s ``mmirage run`` with this tree and with git HEAD's.
+Not a test: figures on a shared machine are noisy, so compare the ratios of one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from llm_kit.local import LocalEngine
+from _common import report, run_child
 
-TEXTS = [
-    "I love this phone, the battery lasts forever.",
-    "The delivery was late and the box was crushed.",
-    "The meeting is at 3pm in room 204.",
-    "Best concert of my life.",
-    "The soup was cold and the waiter was rude.",
-    "It works as described.",
-    "I would not buy this again.",
-    "What a wonderful surprise!",
-    "The train leaves at noon.",
-    "The screen cracked after one day.",
+ROOT = Path(__file__).resolve().parents[1]
+TOPICS = [
+    "the sea",
+    "cats",
+    "Paris",
+    "bread",
+    "winter",
+    "trains",
+    "music",
+    "rain",
+    "coffee",
+    "mountains",
+    "books",
+    "the moon",
+    "gardens",
+    "bicycles",
+    "chess",
+    "volcanoes",
+    "owls",
+    "tea",
+    "deserts",
+    "bridges",
+    "snow",
+    "apples",
+    "clocks",
+    "rivers",
+    "bees",
+    "lighthouses",
+    "autumn",
+    "pianos",
+    "maps",
+    "tigers",
+    "candles",
+    "forests",
 ]
 
 
@@ -36,60 +78,311 @@ class Sentiment(BaseModel):
     score: float
 
 
-async def run(
-    engine: LocalEngine, n: int, max_tokens: int, schema: dict[str, Any] | None
-) -> tuple[float, int, int]:
-    """(seconds, output tokens, valid JSON answers) for n concurrent requests."""
-    system = "Classify the sentiment of the text as JSON." if schema else "Reply in one sentence."
-    calls = [
-        engine.complete(
-            [
-                {"role": "system", "content": system},
-                {"role": "user", "content": TEXTS[i % len(TEXTS)]},
-            ],
-            max_tokens=max_tokens,
-            json_schema=schema,
+def prompts(rows: int) -> list[str]:
+    return [f"Write two sentences about {TOPICS[i % len(TOPICS)]}." for i in range(rows)]
+
+
+@contextlib.contextmanager
+def one_core_busy(busy: bool) -> Iterator[None]:
+    """Another process spinning on one core while the block runs (both sides of a pair)."""
+    if not busy:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+# -- answers ------------------------------------------------------------------------------
+
+
+def answers(rows: int, max_tokens: int) -> list[tuple[str, str]]:
+    from llm_kit.local import LocalEngine
+
+    texts = prompts(rows)
+
+    async def batch(engine: LocalEngine, schema: dict[str, Any] | None = None) -> list[Any]:
+        return await asyncio.gather(
+            *(
+                engine.complete(
+                    [{"role": "user", "content": t}], max_tokens=max_tokens, json_schema=schema
+                )
+                for t in texts
+            )
         )
-        for i in range(n)
-    ]
-    start = time.perf_counter()
-    results = await asyncio.gather(*calls)
-    seconds = time.perf_counter() - start
+
+    alone_engine = LocalEngine(slots=1)
+    alone = asyncio.run(batch(alone_engine))
+    alone_engine.close()
+    engine = LocalEngine()
+    batched = asyncio.run(batch(engine))
+    stats = engine.stats
+    json_answers = asyncio.run(batch(engine, Sentiment.model_json_schema()))
+    engine.close()
+    equal = sum(a.text == b.text for a, b in zip(alone, batched, strict=True))
+    ended = [r for r in json_answers if r.finish_reason == "stop"]
     valid = 0
-    for result in results:
-        try:
+    for result in ended:
+        with contextlib.suppress(ValueError, ValidationError):
             Sentiment.model_validate(json.loads(result.text or ""))
             valid += 1
-        except (ValueError, ValidationError):
-            pass
-    return seconds, sum(r.usage.output_tokens for r in results), valid
+    return [
+        ("batched == one at a time (temperature 0)", f"{equal} of {rows}"),
+        (
+            "JSON answers that validate (batched)",
+            f"{valid} of the {len(ended)} that ended ({rows - len(ended)} cut at max_tokens)",
+        ),
+        ("widest batch / decode calls", f"{stats.widest_batch} / {stats.decode_calls}"),
+    ]
+
+
+# -- mmirage run, embedded and against llama-server ---------------------------------------
+
+CONFIG = """\
+processors:
+  - type: llm
+{processor}
+    default_sampling_params: {{temperature: 0, max_new_tokens: {max_tokens}{extra}}}
+loading_params:
+  state_dir: {dir}/state
+  datasets: [{{path: {dir}/rows.jsonl, type: JSONL, output_dir: {dir}/data}}]
+  output_format: jsonl
+  batch_size: {rows}
+processing_params:
+  inputs: [{{name: topic, key: topic}}]
+  outputs:
+    - name: answer
+      type: llm
+      output_type: plain
+      prompt: "Write two sentences about {{{{ topic }}}}."
+  remove_columns: true
+  output_schema: {{topic: "{{{{ topic }}}}", answer: "{{{{ answer }}}}"}}
+execution_params: {{mode: local, merge: false}}
+"""
+
+
+def mmirage_run(
+    workdir: Path, processor: str, rows: int, max_tokens: int, extra: str = ""
+) -> tuple[float, list[str], float]:
+    """(seconds, answers, peak RSS MB) of one ``mmirage run`` in a fresh folder."""
+    workdir.mkdir(parents=True)
+    with (workdir / "rows.jsonl").open("w") as out:
+        for i in range(rows):
+            out.write(json.dumps({"topic": TOPICS[i % len(TOPICS)]}) + "\n")
+    config = workdir / "config.yaml"
+    config.write_text(
+        CONFIG.format(
+            processor=processor, max_tokens=max_tokens, extra=extra, dir=workdir, rows=rows
+        )
+    )
+    mmirage = Path(sys.executable).with_name("mmirage")
+    start = time.perf_counter()
+    _, rss = run_child([str(mmirage), "run", str(config)])
+    seconds = time.perf_counter() - start
+    texts = []
+    for shard in sorted((workdir / "data").rglob("*.jsonl")):
+        texts += [json.loads(line)["answer"] or "" for line in shard.read_text().splitlines()]
+    return seconds, texts, rss
+
+
+def count_tokens(texts: list[str]) -> int:
+    """Output tokens, counted with the model's own tokenizer (the same count for both sides)."""
+    import llama_cpp
+
+    from llm_kit.local import default_model_path
+
+    vocab = llama_cpp.Llama(str(default_model_path()), vocab_only=True, verbose=False)
+    return sum(len(vocab.tokenize(t.encode(), add_bos=False)) for t in texts)
+
+
+def side_by_side(
+    rows: int, max_tokens: int, skip_server: bool, repeat: int, tmp: Path
+) -> list[tuple[str, str]]:
+    import _llama_server
+    from llm_kit.local import default_model_path
+
+    out: list[tuple[str, str]] = []
+    if skip_server:
+        server, why = None, "skipped (--skip-server)"
+    else:
+        server, why = _llama_server.find_or_build(tmp / "build.log")
+    out.append(("llama-server", f"{server or 'not available'}: {why}"))
+    proc = url = None
+    if server is not None:
+        try:
+            proc, url = _llama_server.start(
+                server, default_model_path(), 8, 2048, tmp / "server.log"
+            )
+        except RuntimeError as exc:
+            out.append(("llama-server start", f"failed, comparison skipped: {exc}"))
+    try:
+        for busy in (False, True):
+            load = "one core busy" if busy else "quiet"
+            local: list[float] = []
+            remote: list[float] = []
+            rss = 0.0
+            with one_core_busy(busy):
+                for attempt in range(repeat):  # alternated: both sides see the same load
+                    seconds, texts, peak = mmirage_run(
+                        tmp / f"local-{load}-{attempt}", "    message_format: local", rows,
+                        max_tokens,
+                    )  # fmt: skip
+                    local.append(count_tokens(texts) / seconds)
+                    rss = max(rss, peak)
+                    if url is None:
+                        continue
+                    seconds, texts, _ = mmirage_run(
+                        tmp / f"server-{load}-{attempt}",
+                        f"    base_url: {url}\n    model: smollm2",
+                        rows,
+                        max_tokens,
+                        extra=", extra_body: {repeat_penalty: 1.1}",  # the engine's own penalty
+                    )
+                    remote.append(count_tokens(texts) / seconds)
+            runs = ", ".join(f"{x:.0f}" for x in local)
+            line = f"median {statistics.median(local):.0f} tok/s of {runs}; peak RSS {rss:.0f} MB"
+            out.append((f"mmirage run, embedded, {load}", line))
+            if remote:
+                runs = ", ".join(f"{x:.0f}" for x in remote)
+                out.append(
+                    (
+                        f"mmirage run -> llama-server -np 8, {load}",
+                        f"median {statistics.median(remote):.0f} tok/s of {runs}",
+                    )
+                )
+                ratio = statistics.median(local) / statistics.median(remote)
+                out.append((f"ratio embedded / llama-server, {load}", f"{ratio:.2f}"))
+        if proc is not None:
+            out.append(("llama-server peak RSS", f"{_peak_rss_of(proc.pid):.0f} MB"))
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+    return out
+
+
+def _peak_rss_of(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- threads and wait policy --------------------------------------------------------------
+
+ENGINE_RUN = """
+import asyncio, sys, time
+from llm_kit.local import LocalEngine
+engine = LocalEngine(n_threads=int(sys.argv[1]) or None)  # 0: tuned
+engine.load()
+texts = [f"Write two sentences about topic number {i}." for i in range(int(sys.argv[2]))]
+async def main():
+    return await asyncio.gather(*(engine.complete([{"role": "user", "content": t}],
+                                  max_tokens=int(sys.argv[3])) for t in texts))
+start = time.perf_counter()
+results = asyncio.run(main())
+print(sum(r.usage.output_tokens for r in results) / (time.perf_counter() - start))
+"""
+
+
+def threads_matrix(rows: int, max_tokens: int) -> list[tuple[str, str]]:
+    out = []
+    for busy in (False, True):
+        for threads in (0, 1, 2):
+            for policy in ("default", "PASSIVE", "ACTIVE") if threads else ("default",):
+                env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+                if policy != "default":
+                    env["OMP_WAIT_POLICY"] = policy
+                with one_core_busy(busy):
+                    argv = [
+                        sys.executable,
+                        "-c",
+                        ENGINE_RUN,
+                        str(threads),
+                        str(rows),
+                        str(max_tokens),
+                    ]
+                    tps = float(
+                        subprocess.run(
+                            argv, env=env, capture_output=True, text=True, check=True
+                        ).stdout
+                    )
+                load = "one core busy" if busy else "quiet"
+                what = f"{threads} thread(s)" if threads else "tuned threads"
+                out.append((f"{load}, {what}, wait {policy}", f"{tps:.0f} tok/s"))
+    return out
+
+
+# -- make demo ----------------------------------------------------------------------------
+
+
+def demo_times(before: bool, tmp: Path) -> list[tuple[str, str]]:
+    trees = [("this tree", None)]
+    if before:
+        head = tmp / "head"
+        head.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", "HEAD", "src"], cwd=ROOT, capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", str(head)], input=archive.stdout, check=True)
+        trees.append(("git HEAD", head / "src"))
+    seconds: dict[str, list[float]] = {name: [] for name, _ in trees}
+    mmirage = Path(sys.executable).with_name("mmirage")
+    for attempt in range(3):  # alternated, so that both trees see the same load
+        for name, src in trees:
+            work = tmp / f"demo-{attempt}-{name.replace(' ', '-')}"
+            (work / "examples").mkdir(parents=True)
+            shutil.copytree(ROOT / "examples" / "quickstart", work / "examples" / "quickstart")
+            env = {**os.environ, **({"PYTHONPATH": str(src)} if src else {})}
+            start = time.perf_counter()
+            subprocess.run(
+                [str(mmirage), "run", "examples/quickstart/config.yaml"],
+                cwd=work,
+                env=env,
+                check=True,
+                capture_output=True,
+            )
+            seconds[name].append(time.perf_counter() - start)
+    return [
+        (
+            f"make demo's mmirage run, {name}",
+            f"median {statistics.median(s):.1f} s of " + ", ".join(f"{x:.1f}" for x in s),
+        )
+        for name, s in seconds.items()
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--n", type=int, default=20, help="requests per mode")
-    parser.add_argument("--max-tokens", type=int, default=48)
-    args = parser.parse_args()
-
-    engine = LocalEngine()
-    start = time.perf_counter()
-    engine.load()
-    print(
-        f"model load: {time.perf_counter() - start:.2f} s ({engine.model_path.name}, "
-        f"{engine.n_threads} threads)"
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    engine.complete_sync([{"role": "user", "content": "hi"}], max_tokens=1)  # warm-up
-
-    for mode, schema in (("plain", None), ("json", Sentiment.model_json_schema())):
-        seconds, tokens, valid = asyncio.run(run(engine, args.n, args.max_tokens, schema))
-        line = (
-            f"{mode:5}: {args.n} requests in {seconds:.2f} s = {args.n / seconds:.2f} req/s, "
-            f"{tokens} output tokens = {tokens / seconds:.1f} tok/s"
-        )
-        if schema is not None:
-            line += f", valid JSON {valid}/{args.n}"
-        print(line)
-    engine.close()
+    parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--skip-server", action="store_true", help="no llama-server comparison")
+    parser.add_argument("--repeat", type=int, default=3, help="alternated runs of each side")
+    parser.add_argument("--threads-matrix", action="store_true")
+    parser.add_argument("--demo-before", action="store_true", help="also time git HEAD's demo")
+    parser.add_argument("--only", choices=("answers", "side", "threads", "demo"))
+    args = parser.parse_args()
+    print(f"usable CPUs: {len(os.sched_getaffinity(0))}, load average: {os.getloadavg()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.only in (None, "answers"):
+            report("answers", answers(args.rows, args.max_tokens))
+        if args.only in (None, "side"):
+            report(
+                "side by side",
+                side_by_side(args.rows, args.max_tokens, args.skip_server, args.repeat, Path(tmp)),
+            )
+        if args.threads_matrix or args.only == "threads":
+            report(
+                "threads x wait policy (engine alone)", threads_matrix(args.rows, args.max_tokens)
+            )
+        if args.only in (None, "demo"):
+            report("make demo", demo_times(args.demo_before, Path(tmp)))
+    print(f"load average at the end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import orjson
 
 from llm_kit import provider_json
 from llm_kit.dialect_choice import DialectChoice
+from llm_kit.endpoint_hints import explained
 from llm_kit.errors import ProviderError
 from llm_kit.providers.base import Backend, Codec, Completion
 from llm_kit.ratelimit import RateLimiter
@@ -67,7 +68,9 @@ class HttpBackend(Backend):
 
     def _decode(self, status: int, headers: Mapping[str, str], raw: bytes) -> Completion:
         if status >= 400:
-            raise self.codec.error(status, headers, raw)
+            error = self.codec.error(status, headers, raw)
+            base, keyed = self.transport.base_url, bool(self.transport.secrets)
+            raise explained(error, self.codec.name, base, self._path, key_sent=keyed)
         try:
             return self.codec.decode(provider_json.loads(raw))
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sized
@@ -16,14 +15,19 @@ from llm_kit import jsonl
 from llm_kit.answers import VALIDATION, judge, max_tokens_of, reask
 from llm_kit.backends import Backend, HttpBackend
 from llm_kit.batch.api import BatchAPI
+from llm_kit.breaker import ConnectionBreaker
 from llm_kit.delivery import delivered
 from llm_kit.dialect_choice import check_structured_output, dialect_choice
+from llm_kit.endpoint_hints import KEY_REFUSED
 from llm_kit.errors import CompletionError, ConfigError, ItemError, ProviderError
+from llm_kit.finished_ids import FinishedIds
 from llm_kit.interrupts import HeldCtrlC
 from llm_kit.pacing import backoff_delay, estimate_tokens
 from llm_kit.pipeline import Items, run_pool
 from llm_kit.providers import get_codec, key_from_env, provider_spec, require_key
 from llm_kit.ratelimit import RateLimiter
+from llm_kit.request_stats import RequestStats
+from llm_kit.resume_plan import NOTHING_DONE, ResumePlan
 from llm_kit.schema import response_schema
 from llm_kit.sessions import BackendScope, closes_after, closes_after_stream
 from llm_kit.transport import HttpTransport
@@ -98,8 +102,10 @@ class LLM(BatchAPI):
         self._extra_headers = dict(headers or {})
         self.structured_output = check_structured_output(structured_output, message_format)
         self.limiter = RateLimiter(self.config.rpm, self.config.tpm)
+        self.breaker = ConnectionBreaker()  # stops sending to an endpoint that never answers
+        self.stats = RequestStats(model)  # retries by cause, tokens: for progress reports
         self._scope = BackendScope(self._make_backend)
-        self._open_in_process = spec.in_process(model) if spec.in_process else None
+        self._open_in_process = spec.in_process(model, self.config) if spec.in_process else None
         if self._open_in_process is not None:
             self.base_url = None
             self._api_key: str | None = None
@@ -152,6 +158,12 @@ class LLM(BatchAPI):
     async def __aexit__(self, *exc: object) -> None:
         await self._scope.release()
 
+    def request_stats(self) -> RequestStats:
+        """What this client's requests came to so far: retries by cause, seconds the pool
+        spent cooling down after rate limits, tokens used (live counters, not a copy)."""
+        self.stats.cooldown_seconds = self.limiter.cooled_down_seconds
+        return self.stats
+
     # -- one request ------------------------------------------------------------------------
 
     async def complete(
@@ -184,6 +196,7 @@ class LLM(BatchAPI):
     async def run_item(self, item: BatchItem) -> BatchResult:
         """Send one item with retries, pacing and validation; never raises for the item's
         own failure (it becomes the result's error), only for a fatal one (a rejected key)."""
+        self.breaker.reset()
         return await self._run_item(item)
 
     async def _run_item(self, item: BatchItem) -> BatchResult:
@@ -199,7 +212,10 @@ class LLM(BatchAPI):
         usage = Usage()
         attempts = validation_failures = 0
         messages = item.messages  # grows by the answer and its correction on each re-ask
+        breaker = self.breaker
         while True:
+            if breaker.tripped:  # nothing answers at the endpoint: recorded as not sent, at once
+                return breaker.not_sent(item, attempts)
             attempts += 1
             reserved = await self.limiter.acquire(estimate)
             try:
@@ -209,20 +225,20 @@ class LLM(BatchAPI):
                 return _failure(item, str(exc), "invalid_item", retryable=False, attempts=attempts)
             except ProviderError as exc:
                 self.limiter.settle(reserved, 0)
-                if exc.status == 401:
-                    raise ProviderError(
-                        f"{exc} - the API key was rejected; check it and run again",
-                        status=401,
-                        kind=exc.kind,
-                    ) from None
+                breaker.saw(exc)
+                if exc.status in KEY_REFUSED:  # the key, not this item: the run stops
+                    raise exc
                 if not exc.retryable or attempts > config.max_retries:
                     return _failure(item, str(exc), exc.kind, exc.retryable, attempts, usage)
                 delay = backoff_delay(config, attempts, exc.retry_after)
-                if exc.status == 429:
+                self.stats.retry(exc, item.id, attempts, delay)
+                if exc.budget_spent:  # a sporadic 429 backs off alone; a spent budget, all
                     self.limiter.cool_down(delay)
-                await asyncio.sleep(delay)
+                await breaker.sleep(delay)
                 continue
+            breaker.answered()
             self.limiter.settle(reserved, completion.usage.total_tokens)
+            self.stats.used(completion.usage.input_tokens, completion.usage.output_tokens)
             usage.input_tokens += completion.usage.input_tokens
             usage.output_tokens += completion.usage.output_tokens
             finish = completion.finish_reason
@@ -292,27 +308,25 @@ class LLM(BatchAPI):
             ConfigError: ``path`` already holds results and neither flag was given.
         """
         out = Path(path)
-        checkpoint = jsonl.Checkpoint()
+        plan = NOTHING_DONE
         if out.exists() and out.stat().st_size > 0:
             if not (resume or retry_failed):
                 raise ConfigError(
                     f"{out} already holds results; pass resume=True to skip the items it "
                     "holds, or remove the file to start over"
                 )
-            checkpoint = jsonl.scan(out)
-        skip_ids = checkpoint.done - checkpoint.retryable if retry_failed else checkpoint.done
+            plan = ResumePlan(FinishedIds.scan(out), retry_failed)  # ids on disk, not in memory
         written = 0
         ctrl_c = HeldCtrlC(stop_grace_seconds)
         try:
-            with ctrl_c.holding(), jsonl.JsonlWriter(out) as writer:
+            with plan, ctrl_c.holding(), jsonl.JsonlWriter(out) as writer:
                 async for batch in self._results(
-                    items, progress=progress, skip=skip_ids, record=writer.write_many
+                    items, progress=progress, plan=plan, record=writer.write_many
                 ):
                     written += len(batch)
         finally:
             await ctrl_c.passed_on()  # the file is closed: a Ctrl-C held meanwhile goes on
-        retried = checkpoint.retryable & checkpoint.done if retry_failed else set()
-        if retried:
+        if retried := plan.retried:
             jsonl.drop_superseded(out, retried)
         return written
 
@@ -340,19 +354,20 @@ class LLM(BatchAPI):
         items: Items,
         *,
         progress: bool,
-        skip: set[str] | None = None,
+        plan: ResumePlan = NOTHING_DONE,
         record: Callable[[list[BatchResult]], None] | None = None,
     ) -> AsyncGenerator[list[BatchResult], None]:
         """The core loop shared by the sinks: the results that completed together, recorded,
         counted and checked (llm_kit.delivery)."""
         config = self.config
-        total = max(0, len(items) - len(skip or ())) if isinstance(items, Sized) else None
+        self.breaker.reset()  # a new run: the endpoint gets its chance again
+        total = max(0, len(items) - plan.skipped) if isinstance(items, Sized) else None
         pool = run_pool(
             items,
             self._run_item,
             workers=config.worker_concurrency,
             buffer_size=config.input_buffer_size,
-            skip=(lambda item: item.id in skip) if skip else None,
+            skip=plan.skip if plan.finished.lines else None,
         )
         fail_fast = config.on_failure == "raise"
         return delivered(pool, total=total, progress=progress, record=record, fail_fast=fail_fast)

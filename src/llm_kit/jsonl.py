@@ -22,7 +22,9 @@ logger = logging.getLogger(__name__)
 _ID_PREFIX = b'{"id":"'
 _OK_KEY = b'","ok":'
 _TRUE = ord("t")
-_BLOCK_HEAD = re.compile(rb'\n\{"id":"([^"\\\n]*)","ok":(t|f)[a-z]+,"retryable":(t|f)')
+# "}\n" first: a match also proves that the line before it was whole (blocks start with "}\n").
+_BLOCK_HEAD = re.compile(rb'\}\n\{"id":"([^"\\\n]*)","ok":(t|f)[a-z]+,"retryable":(t|f)')
+_BLOCK_START = b"}\n"
 _NUL = b"\x00"  # never in a JSON line (escaped as \u0000): a crash-zeroed block of the file
 _FAILED = (b"f", False)  # the block path yields bytes flags, the line path booleans
 _TRUE_FLAGS = (b"t", True)
@@ -64,25 +66,16 @@ def repair_torn_tail(path: Path) -> int:
 
 
 def scan(path: Path) -> Checkpoint:
-    """Read the ids already in ``path`` (repairing a torn last line first)."""
+    """Read the ids already in ``path`` (repairing a torn last line first) into sets: fine for
+    a batch job's output, whose manifest is in memory anyway; the live pipeline's resume uses
+    ``llm_kit.finished_ids`` instead, which keeps them on disk."""
     checkpoint = Checkpoint()
     if not path.exists():
         return checkpoint
     checkpoint.repaired_bytes = repair_torn_tail(path)
     done, retryable = checkpoint.done, checkpoint.retryable
     with open(path, "rb") as f:
-        for block in _blocks(f):
-            # One regex pass over a block finds every line head at C speed; the pattern starts
-            # with a newline, so it can only match at the start of a line (newlines inside JSON
-            # strings are escaped). A block with any other line takes the line-by-line path.
-            # A line that ends in "}" and holds no NUL byte is whole; any other line is
-            # parsed in full, and one that does not parse is not done.
-            heads = _BLOCK_HEAD.findall(block)
-            lines = block.count(b"\n") - 1
-            if len(heads) != lines or block.count(b"}\n") != lines or _NUL in block:
-                read = [_read_head(line) for line in block[1:].splitlines() if line.strip()]
-                heads = [h for h in read if h is not None]
-                checkpoint.unreadable += len(read) - len(heads)
+        for heads in read_heads(f, checkpoint):
             for item_id, ok, can_retry in heads:
                 if isinstance(item_id, bytes):
                     item_id = item_id.decode()
@@ -91,15 +84,45 @@ def scan(path: Path) -> Checkpoint:
                     retryable.add(item_id)
                 else:
                     retryable.discard(item_id)
-    if checkpoint.unreadable:
+    set_aside_if_unreadable(path, checkpoint.unreadable)
+    return checkpoint
+
+
+Head = tuple[bytes | str, bytes | bool, bytes | bool]
+"""(id, ok, retryable) of one line: bytes from the fast path (the id as written, flags b"t" or
+b"f"), str and bools from a full parse."""
+
+
+def read_heads(
+    f: BinaryIO, tally: Checkpoint, end: int | None = None, block_size: int = 1 << 20
+) -> Iterator[list[Head]]:
+    """The heads of the lines of ``f`` (up to byte ``end``), a block at a time, counting
+    unreadable lines in ``tally``. Blocks are 1 MB: memory does not depend on the file."""
+    for block in _blocks(f, block_size, end):
+        # One regex pass over a block finds every line head at C speed; the pattern starts
+        # with "}" and a newline, so it can only match at the start of a line whose previous
+        # line ends in "}" (newlines inside JSON strings are escaped). As many matches as
+        # lines, a block ending in "}\n" and no NUL byte: every line is whole and has a head.
+        # A block with any other line takes the line-by-line path: a line is parsed in
+        # full, and one that does not parse is not done.
+        heads: list[Head] = _BLOCK_HEAD.findall(block)
+        lines = block.count(b"\n") - 1
+        if len(heads) != lines or not block.endswith(b"}\n") or _NUL in block:
+            read = [_read_head(line) for line in block[2:].splitlines() if line.strip()]
+            heads = [h for h in read if h is not None]
+            tally.unreadable += len(read) - len(heads)
+        yield heads
+
+
+def set_aside_if_unreadable(path: Path, unreadable: int) -> None:
+    if unreadable:
         aside = set_aside_unreadable(path)
         logger.warning(
             "%s: %d unreadable line(s) moved to %s; their items are run again",
             path,
-            checkpoint.unreadable,
+            unreadable,
             aside,
         )
-    return checkpoint
 
 
 def set_aside_unreadable(path: Path) -> Path:
@@ -116,17 +139,17 @@ def set_aside_unreadable(path: Path) -> Path:
     return aside
 
 
-def _blocks(f: BinaryIO, size: int = 1 << 24) -> Iterator[bytes]:
-    """Whole lines, about ``size`` bytes at a time, each block preceded by a newline."""
+def _blocks(f: BinaryIO, size: int = 1 << 20, end: int | None = None) -> Iterator[bytes]:
+    """Whole lines, about ``size`` bytes at a time, each block preceded by ``"}\n"``."""
     rest = b""
-    while block := f.read(size):
+    while block := f.read(size if end is None else min(size, end - f.tell())):
         block = rest + block
         cut = block.rfind(b"\n") + 1
         if cut:
-            yield b"\n" + block[:cut]
+            yield _BLOCK_START + block[:cut]
         rest = block[cut:]
     if rest:
-        yield b"\n" + rest + b"\n"
+        yield _BLOCK_START + rest + b"\n"
 
 
 def _read_head(line: bytes) -> tuple[str, bool, bool] | None:

@@ -1,12 +1,33 @@
-"""An optional progress bar for long runs: done, failed, rate and ETA on stderr."""
+"""An optional progress bar for long runs: done, failed, rate and ETA on stderr, and a caller's
+note (more counters) on the line below it, so that a narrow terminal keeps the bar readable."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from functools import cache
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
     from rich.progress import Progress, TaskID
+
+
+@cache
+def _noted_progress() -> type[Progress]:
+    """rich's ``Progress`` with a line of text below its bars (imported on first use)."""
+    from rich.progress import Progress
+    from rich.text import Text
+
+    class NotedProgress(Progress):
+        note = ""
+
+        def get_renderables(self) -> Iterable[RenderableType]:
+            yield from super().get_renderables()
+            if self.note:
+                yield Text(self.note, no_wrap=True, overflow="ellipsis")
+
+    return NotedProgress
 
 
 class ProgressBar:
@@ -30,13 +51,12 @@ class ProgressBar:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
-                Progress,
                 TextColumn,
                 TimeElapsedColumn,
                 TimeRemainingColumn,
             )
 
-            self._progress = Progress(
+            self._progress = _noted_progress()(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
@@ -66,6 +86,11 @@ class ProgressBar:
         self._progress.update(
             self._task, failed=self.failed, rate=f"{speed:,.1f}/s" if speed else ""
         )
+
+    def note(self, text: str) -> None:
+        """Show ``text`` on the line below the bar (a caller's own counters)."""
+        if self._progress is not None:
+            self._progress.note = text  # type: ignore[attr-defined]  # a NotedProgress
 
     def __enter__(self) -> ProgressBar:
         self.start()

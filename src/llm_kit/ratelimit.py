@@ -1,5 +1,9 @@
 """Client-side pacing: requests per minute, tokens per minute, and a shared cool-down.
 
+A 429 pauses every worker only when the provider's headers say the budget is spent
+(``budget_spent``); a sporadic one, with budget left or no rate-limit headers at all, is a
+momentary refusal: that request backs off, the others go on.
+
 Requests are spaced evenly (one every 60/rpm seconds) rather than allowed to burst, so that no
 60-second window ever holds more than the budget. Tokens are reserved from a refilling bucket
 before a call (estimated input + max output) and settled with the real usage afterwards. Both
@@ -9,9 +13,12 @@ budgets start from the configuration and are tightened by what the provider's he
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from llm_kit.types import RateLimitInfo
+
+logger = logging.getLogger(__name__)
 
 
 class RateLimiter:
@@ -22,11 +29,22 @@ class RateLimiter:
         self._tokens = float(tpm) if tpm else 0.0
         self._tokens_at = time.monotonic()
         self._paused_until = 0.0
+        self.cooled_down_seconds = 0.0
 
     @property
     def idle(self) -> bool:
         """True when nothing limits dispatch: acquire() then returns at once."""
         return self.rpm is None and self.tpm is None and self._paused_until <= time.monotonic()
+
+    @property
+    def limits(self) -> str:
+        """The budgets in force (configured, or learned from the provider's headers)."""
+        known = [
+            f"{v:,} {unit}/min" for v, unit in ((self.rpm, "requests"), (self.tpm, "tokens")) if v
+        ]
+        if not known:
+            return "no limit known: none configured, none in the provider's headers"
+        return "limits now: " + ", ".join(known)
 
     async def acquire(self, tokens: int) -> int:
         """Wait for a request slot and ``tokens`` tokens; return the tokens reserved."""
@@ -58,9 +76,15 @@ class RateLimiter:
             self._tokens = min(float(self.tpm), self._tokens + reserved - used)
 
     def cool_down(self, seconds: float) -> None:
-        """After a 429 every worker waits: hammering a limited provider only earns more 429s."""
-        until = time.monotonic() + seconds
+        """After a 429 of a spent budget every worker waits: hammering a provider whose budget
+        is spent only earns more 429s."""
+        now = time.monotonic()
+        until = now + seconds
         if until > self._paused_until:
+            # Wall time paused, overlapping pauses counted once (for the run's report).
+            if self._paused_until <= now:
+                logger.info("rate limited: every request waits %.2f s (%s)", seconds, self.limits)
+            self.cooled_down_seconds += until - max(now, self._paused_until)
             self._paused_until = until
             self._next_slot = max(self._next_slot, until)
 
@@ -85,3 +109,12 @@ class RateLimiter:
             float(self.tpm), self._tokens + (now - self._tokens_at) * self.tpm / 60.0
         )
         self._tokens_at = now
+
+
+def budget_spent(info: RateLimitInfo | None) -> bool:
+    """Whether a 429's rate-limit headers say the budget is spent (a remaining count of 0).
+
+    Headers that show budget left, or no headers at all, make it a sporadic 429: a momentary
+    refusal (an overloaded replica, a burst) that pausing every worker would only turn into
+    idle time for the whole pool."""
+    return info is not None and (info.remaining_requests == 0 or info.remaining_tokens == 0)

@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 import aiohttp
 import orjson
 
-from llm_kit.errors import ProviderError
+from llm_kit.errors import ConnectError, ProviderError
 from llm_kit.redact import redact_bytes, redact_text
 
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -139,12 +139,19 @@ class HttpTransport:
         self, exc: TimeoutError | aiohttp.ClientError, timeout: float | None
     ) -> ProviderError:
         where = self._where
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):  # a TimeoutError too: first
+            seconds = self._timeout.sock_connect or 0
+            return ConnectError(
+                f"could not connect to {where} within {seconds:g} s", where=where, kind="timeout"
+            )
         if isinstance(exc, TimeoutError):
             seconds = timeout or self._timeout.total or 0
             return ProviderError(
                 f"no answer from {where} within {seconds:g} s", kind="timeout", retryable=True
             )
         why = f"{type(exc).__name__}: {redact_text(str(exc), self.secrets)}"
+        if isinstance(exc, aiohttp.ClientConnectorError):  # never reached: refused, DNS, TLS
+            return ConnectError(f"connection to {where} failed ({why})", where=where)
         if isinstance(exc, aiohttp.ClientConnectionError):
             return ProviderError(
                 f"connection to {where} failed ({why})", kind="connection_error", retryable=True

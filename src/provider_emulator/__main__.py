@@ -30,6 +30,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--tpm", type=int, help="tokens per minute per provider family")
     for code in ("429", "500", "503", "529"):
         add(f"--fault-{code}", type=float, help=f"share of requests answered {code}")
+    add(
+        "--fault-429-budget-left",
+        type=float,
+        help="share answered 429 whose rate-limit headers show budget left (sporadic)",
+    )
     add("--fault-reset", type=float, help="share of connections closed without an answer")
     add("--fault-hang", type=float, help="share of requests that hang --hang-seconds")
     add("--fault-insufficient-quota", type=float, help="share answered 429 insufficient_quota")

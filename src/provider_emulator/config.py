@@ -28,10 +28,14 @@ class Faults:
 
     ``rate_reset`` closes the connection without an answer, ``rate_hang`` sleeps ``hang_s``
     (longer than any sensible client timeout) before answering, ``rate_insufficient_quota`` is
-    OpenAI's non-retryable 429. Injected 429s carry ``retry_after_s``.
+    OpenAI's non-retryable 429. Injected 429s carry ``retry_after_s``. ``rate_429_budget_left``
+    is a sporadic 429 that is no spent budget: it carries the family's rate-limit headers, which
+    show budget left (when ``rpm``/``tpm`` are set; none otherwise, and Gemini names no spent
+    quota in its body).
     """
 
     rate_429: float = 0.0
+    rate_429_budget_left: float = 0.0
     rate_500: float = 0.0
     rate_503: float = 0.0
     rate_529: float = 0.0
@@ -201,6 +205,7 @@ class EmulatorConfig:
 # Command-line option name → Faults field.
 FAULT_OPTIONS: dict[str, str] = {
     "fault_429": "rate_429",
+    "fault_429_budget_left": "rate_429_budget_left",
     "fault_500": "rate_500",
     "fault_503": "rate_503",
     "fault_529": "rate_529",

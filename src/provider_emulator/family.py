@@ -83,6 +83,13 @@ class Family(ABC):
     def fault_response(self, fault: Fault) -> web.Response:
         """The answer of an injected failure (never RESET or HANG)."""
 
+    def sporadic_refusal(self, budget_headers: Mapping[str, str]) -> web.Response:
+        """An injected 429 that is no spent budget: the rate-limit headers of the request it
+        refuses (budget left), as providers answer a momentary overload."""
+        response = self.fault_response(Fault.RATE_LIMIT)
+        response.headers.update(budget_headers)
+        return response
+
     # -- the shared path -------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -127,6 +134,8 @@ class Family(ABC):
         if fault is Fault.RESET or (fault is Fault.HANG and not await state.hang()):
             _drop(request)
             return None
+        if fault is Fault.RATE_LIMIT_BUDGET_LEFT:
+            return self.sporadic_refusal(headers)
         if fault is not None and fault is not Fault.HANG:
             return self.fault_response(fault)
 

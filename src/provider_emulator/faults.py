@@ -12,6 +12,7 @@ class Fault(Enum):
     RESET = "reset"  # close the connection without an answer
     HANG = "hang"  # answer only after hang_s
     RATE_LIMIT = "429"
+    RATE_LIMIT_BUDGET_LEFT = "429_budget_left"  # a sporadic 429: the headers show budget left
     INSUFFICIENT_QUOTA = "insufficient_quota"
     SERVER_ERROR = "500"
     UNAVAILABLE = "503"
@@ -22,6 +23,7 @@ _RATES: tuple[tuple[Fault, str], ...] = (
     (Fault.RESET, "rate_reset"),
     (Fault.HANG, "rate_hang"),
     (Fault.RATE_LIMIT, "rate_429"),
+    (Fault.RATE_LIMIT_BUDGET_LEFT, "rate_429_budget_left"),
     (Fault.INSUFFICIENT_QUOTA, "rate_insufficient_quota"),
     (Fault.SERVER_ERROR, "rate_500"),
     (Fault.UNAVAILABLE, "rate_503"),

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from llm_kit import jsonl
 from llm_kit.answers import max_tokens_of
 from llm_kit.backends import Backend, HttpBackend
-from llm_kit.batch import runner
+from llm_kit.batch import runner, spools
 from llm_kit.batch.job import BatchJob, BatchJobStatus
 from llm_kit.errors import BatchSubmitError, ConfigError, ProviderError
 from llm_kit.pipeline import Items
@@ -90,7 +90,11 @@ class BatchAPI:
 
     @closes_after
     async def submit_batch(
-        self, items: Iterable[BatchItem], *, spool_dir: str | os.PathLike[str] | None = None
+        self,
+        items: Iterable[BatchItem],
+        *,
+        spool_dir: str | os.PathLike[str] | None = None,
+        keep_spool: bool = False,
     ) -> BatchJob:
         """Serialise every request to disk, split into provider-legal batches, upload, create.
 
@@ -99,9 +103,12 @@ class BatchAPI:
 
         Args:
             items: the ``BatchItem``s (a sync iterable).
-            spool_dir: where the request files are written and kept for resubmission
-                (``None``: a new folder under ``$LLM_KIT_CACHE_DIR/batches``, by default
-                ``~/.cache/llm_kit/batches``).
+            spool_dir: where the request files are written (``None``: a new folder under
+                ``$LLM_KIT_CACHE_DIR/batches``, by default ``~/.cache/llm_kit/batches``).
+                Once ``fetch_batch_results`` has handed over every result, only the requests
+                of retryable failures stay there (for ``resubmit_failed``); none left, the
+                folder goes. A submission that creates no batch removes it at once.
+            keep_spool: keep every request file after the fetch (saved in the job).
 
         Returns:
             The job handle: ``save`` it to poll and fetch from another process.
@@ -109,6 +116,7 @@ class BatchAPI:
         backend = self._batch_backend()
         directory = Path(spool_dir) if spool_dir else default_spool_dir(backend.name)
         job, chunks = await self._spool(backend, items, directory)
+        job.keep_spool = keep_spool
         try:
             await runner.create_batches(backend, job, chunks)
         except asyncio.CancelledError:
@@ -118,9 +126,13 @@ class BatchAPI:
                     len(job.batches),
                     ", ".join(job.batch_ids),
                 )
+            elif not keep_spool:  # no handle leaves this call: nothing can read the spool
+                spools.remove_all(directory)
             raise
         except Exception as exc:
             if not job.batches:
+                if not keep_spool:
+                    spools.remove_all(directory)
                 raise
             raise BatchSubmitError(
                 f"{len(job.batches)} of {len(chunks)} batches were created before this failure: "
@@ -168,13 +180,19 @@ class BatchAPI:
         """One BatchResult per item, validated against each item's response_model when the
         items are given again (a Python type cannot live in the job file).
 
+        Once every result has been handed over, the job's spool is cut down to the requests
+        of retryable failures (``resubmit_failed`` sends them from there), unless the job was
+        submitted with ``keep_spool=True``; stopping early leaves it whole.
+
         Raises:
             BatchNotFinishedError: some of the job's batches are still running.
         """
         models = runner.models_of(items)
         limit = max_tokens_of(self.sampling)
-        async for result in runner.fetch(self._check_job(job), job, models, limit):
+        seen = spools.RetryableSeen(job)
+        async for result in seen.watch(runner.outcomes(self._check_job(job), job, models, limit)):
             yield result
+        await asyncio.to_thread(spools.prune, job, seen)
 
     @closes_after
     async def cancel_batch(self, job: BatchJob) -> BatchJobStatus:
@@ -305,12 +323,13 @@ class BatchAPI:
                 break
             rounds += 1
         backend = self._check_job(job)
-        results = runner.fetch(backend, job, models, max_tokens_of(self.sampling))
-        written, _ = await jsonl.append_results(out, results)
-        # The output now holds every item of the job: the handle has done its work.
+        seen = spools.RetryableSeen(job)
+        outcomes = runner.outcomes(backend, job, models, max_tokens_of(self.sampling))
+        written, _ = await jsonl.append_results(out, seen.watch(outcomes))
+        # The output now holds every item of the job: the handle has done its work, and of
+        # the spool only the requests of retryable failures stay (for resubmit_failed).
         job_path.replace(out.with_name(out.name + ".job.done.json"))
-        if job.spool_dir and Path(job.spool_dir).is_dir():
-            shutil.rmtree(job.spool_dir, ignore_errors=True)
+        await asyncio.to_thread(spools.prune, job, seen)
         known = set(job.item_ids)
         if reusable and any(i.id not in known for i in items):
             # Items added since the job was submitted: a new job for them.

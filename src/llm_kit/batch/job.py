@@ -100,6 +100,9 @@ class BatchJob:
     intents: list[Intent] = field(default_factory=list)
     """Batch creations that started and were not answered yet: a later call finds those
     batches at the provider instead of paying for them again."""
+    keep_spool: bool = False
+    """Keep the spool whole after the results are fetched (by default it is cut down to the
+    requests of retryable failures, those `resubmit_failed` may send again)."""
 
     @property
     def batch_ids(self) -> list[str]:
@@ -128,6 +131,7 @@ class BatchJob:
             "base_url": public_url(self.base_url),
             "created_at": self.created_at,
             "spool_dir": self.spool_dir,
+            "keep_spool": self.keep_spool,
             "batches": [b.to_json() for b in self.batches],
             "intents": [asdict(i) for i in self.intents],
             "item_ids": self.item_ids,
@@ -171,6 +175,7 @@ class BatchJob:
                 rejected={int(k): v for k, v in data.get("rejected", {}).items()},
                 batches=[ProviderBatch.from_json(b) for b in data["batches"]],
                 spool_dir=data.get("spool_dir"),
+                keep_spool=bool(data.get("keep_spool", False)),
                 created_at=data.get("created_at", 0.0),
                 version=data.get("version", VERSION),
                 intents=[Intent(**i) for i in data.get("intents", [])],

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import orjson
 
 from llm_kit.errors import ProviderError
+from llm_kit.ratelimit import budget_spent
 from llm_kit.redact import clip
 from llm_kit.schema import ResponseSchema
 from llm_kit.types import Completion, Message, RateLimitInfo
@@ -92,6 +93,7 @@ class Codec(ABC):
             kind=kind,
             retryable=retryable,
             retry_after=retry_after_seconds(headers),
+            budget_spent=status == 429 and budget_spent(self.rate_limits(headers)),
         )
 
     def _error_message(self, status: int, body: bytes) -> tuple[str, str]:

@@ -102,6 +102,8 @@ class GeminiCodec(Codec):
             if kind.endswith("RetryInfo") and error.retry_after is None:
                 error.retry_after = parse_duration(detail.get("retryDelay"))
             if kind.endswith("QuotaFailure"):
+                # Gemini's 429 names the quota it spent (it sends no rate-limit headers).
+                error.budget_spent = error.status == 429
                 quota_ids = [str(v.get("quotaId", "")) for v in detail.get("violations", [])]
                 if any("PerDay" in q for q in quota_ids):
                     # The daily quota is spent: retrying within minutes cannot succeed.

@@ -11,7 +11,7 @@ from llm_kit.errors import ConfigError
 from llm_kit.providers.base import Backend
 from llm_kit.providers.registry import ProviderSpec, register_provider
 from llm_kit.schema import ResponseSchema
-from llm_kit.types import Completion, Message
+from llm_kit.types import BatchConfig, Completion, Message
 
 # llama.cpp's word for an answer stopped by max_tokens (as OpenAI's).
 CUT_REASONS = frozenset({"length"})
@@ -20,10 +20,10 @@ CUT_REASONS = frozenset({"length"})
 class LocalBackend(Backend):
     """The embedded llama.cpp model. Text only: image parts are dropped (it cannot see)."""
 
-    def __init__(self, model_path: str | None = None) -> None:
+    def __init__(self, model_path: str | None = None, slots: int | None = None) -> None:
         from llm_kit.local import LocalEngine  # deferred, like default_model_path below
 
-        self.engine = LocalEngine.shared(model_path)
+        self.engine = LocalEngine.shared(model_path, slots=slots)
 
     async def complete(
         self,
@@ -65,9 +65,25 @@ def local_model_path(model: str) -> str:
     return str(path)
 
 
-def _prepare(model: str) -> Callable[[], Backend]:
+def set_local_threads(model: str, n_threads: int) -> None:
+    """The threads the embedded model decodes with, if it is not loaded yet (one per process)."""
+    from llm_kit.local import LocalEngine  # deferred: only a local LLM needs the engine
+
+    LocalEngine.shared(local_model_path(model), n_threads=n_threads)
+
+
+def batch_slots(config: BatchConfig) -> int | None:
+    """Requests the engine decodes together: ``worker_concurrency`` when the caller set it,
+    else None (the engine's measured default; llm_kit's 64 is sized for HTTP providers)."""
+    if "worker_concurrency" in config.model_fields_set:
+        return config.worker_concurrency
+    return None
+
+
+def _prepare(model: str, config: BatchConfig) -> Callable[[], Backend]:
     path = local_model_path(model)
-    return lambda: LocalBackend(path)
+    slots = batch_slots(config)
+    return lambda: LocalBackend(path, slots)
 
 
 LOCAL = register_provider(ProviderSpec(name="local", in_process=_prepare))

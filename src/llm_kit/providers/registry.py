@@ -18,6 +18,7 @@ from llm_kit.providers.base import Backend, Codec
 
 if TYPE_CHECKING:
     from llm_kit.providers.batch_backend import BatchBackend
+    from llm_kit.types import BatchConfig
 
 
 @dataclass(frozen=True)
@@ -27,8 +28,9 @@ class ProviderSpec:
     A provider reached over HTTP names its ``codec`` (its wire format, home URL and whether
     it takes structured-output dialects) and the environment variables its key is read from,
     tried in order. An in-process one (``local``) gives ``in_process`` instead: called with
-    the model name when the ``LLM`` is built, it checks the model can run here (so a missing
-    install fails before any item) and returns the function that opens its backend.
+    the model name and the ``BatchConfig`` when the ``LLM`` is built, it checks the model can
+    run here (so a missing install fails before any item) and returns the function that opens
+    its backend.
     ``batch_backend`` is the provider's batch API, when it has one.
     """
 
@@ -36,7 +38,7 @@ class ProviderSpec:
     codec: type[Codec] | None = None
     key_env: tuple[str, ...] = ()
     batch_backend: type[BatchBackend] | None = None
-    in_process: Callable[[str], Callable[[], Backend]] | None = None
+    in_process: Callable[[str, BatchConfig], Callable[[], Backend]] | None = None
 
     def __post_init__(self) -> None:
         if (self.codec is None) == (self.in_process is None):

@@ -17,6 +17,10 @@ def _rate(name: str, what: str, default: str = "0") -> click.Option:
 # Declared once as a list so that the command reads like its --help.
 _EMULATE_FAULT_OPTIONS = [
     _rate("fault-429", "requests answered 429 with retry-after"),
+    _rate(
+        "fault-429-budget-left",
+        "requests answered 429 whose rate-limit headers show budget left (sporadic)",
+    ),
     _rate("fault-500", "requests answered 500"),
     _rate("fault-503", "requests answered 503"),
     _rate("fault-529", "requests answered 529 (overloaded)"),

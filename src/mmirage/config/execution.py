@@ -122,6 +122,10 @@ class ExecutionParams:
     local_parallel_shards: PositiveInt = 1
     """Local mode: how many shards `mmirage run` runs at once, each in its own process; 1 runs
     them one after another."""
+    progress_interval_seconds: PositiveFloat = 30
+    """When stderr is not a terminal (a SLURM task's log, `nohup`, `> log 2>&1`): seconds
+    between two progress lines (rows done/total, rows/s, ETA, failed, retried, rate-limited,
+    tokens, cost so far). A terminal gets a live bar with the same counters instead."""
 
     def __post_init__(self) -> None:
         # Defaults are written with "~" too; expand them like user values.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 
@@ -17,7 +18,8 @@ def print_table(lines: list[list[str]]) -> None:
 
 class Console:
     """Lines from several shards, whole and one at a time; on a terminal, one status line kept
-    below them (cleared before each line and drawn again after it)."""
+    below them (cleared before each line and drawn again after it, cut to the terminal's
+    width)."""
 
     def __init__(self) -> None:
         self.live = sys.stderr.isatty()
@@ -49,5 +51,12 @@ class Console:
 
     def _draw(self) -> None:
         if self.live and self._status:
-            sys.stderr.write(self._status)
+            sys.stderr.write(_fitted(self._status))
             sys.stderr.flush()
+
+
+def _fitted(text: str) -> str:
+    """``text`` cut to the terminal's width: a status line that wrapped could not be cleared
+    (``\r`` goes back to the start of its last row only)."""
+    width = shutil.get_terminal_size().columns - 1
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"

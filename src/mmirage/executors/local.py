@@ -14,7 +14,14 @@ import click
 
 from mmirage.errors import UserError, WorkFailed
 from mmirage.executors.base import Executor, RunPlan, RunRequest, summary
-from mmirage.executors.outcome import RunResult, ShardOutcome, conclude, describe, stats_json
+from mmirage.executors.outcome import (
+    RunResult,
+    ShardOutcome,
+    conclude,
+    describe,
+    requests_line,
+    stats_json,
+)
 from mmirage.executors.preflight import check_before_run
 from mmirage.executors.signals import die_with_parent, stop_on_signals
 from mmirage.rundir import RunDir
@@ -95,6 +102,8 @@ def run_one(
                 continue  # the last attempt's reason is said once, by conclude
             return ShardOutcome(shard_id, problem=f"failed after {attempts} attempt(s): {exc}")
         click.echo(f"{name}: {describe(report)}", err=True)
+        if requests := requests_line(report):
+            click.echo(f"{name}: {requests}", err=True)
         for note in report.notes:
             click.echo(f"{name}: {note}", err=True)
         return ShardOutcome(shard_id, ok=True, stats=asdict(report))

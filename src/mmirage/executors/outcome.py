@@ -47,7 +47,8 @@ def stats_json(per_shard: list[dict[str, Any]], *, tokens_known: bool) -> dict[s
     """``--stats``: the shards' reports and their totals. Without ``tokens_known`` (batch
     outputs, counted only by the merge) tokens are null, not a misleading zero. Failed rows
     are also split: ``total_rows_retryable`` (``mmirage retry`` runs them again) and
-    ``total_rows_failed_for_good`` (validation, truncated, refused…: a rerun buys the same)."""
+    ``total_rows_failed_for_good`` (validation, truncated, refused…: a rerun buys the same).
+    ``requests``: the live requests' retries by cause, cool-down, tokens and cost."""
     keys = ("rows_done", "rows_failed", "rows_retryable", "input_tokens", "output_tokens")
     totals: dict[str, int | None] = {
         f"total_{k}": sum(int(r.get(k) or 0) for r in per_shard) for k in keys
@@ -59,6 +60,8 @@ def stats_json(per_shard: list[dict[str, Any]], *, tokens_known: bool) -> dict[s
         unknown = {"input_tokens": None, "output_tokens": None}
         per_shard = [{**r, **unknown} for r in per_shard]
         totals.update({f"total_{k}": None for k in unknown})
+    from mmirage.core.shard.live_counters import aggregate_json, summed
+
     return {
         "per_shard": per_shard,
         "aggregate": {
@@ -67,8 +70,18 @@ def stats_json(per_shard: list[dict[str, Any]], *, tokens_known: bool) -> dict[s
             "sum_runtime_seconds": round(
                 sum(float(r.get("runtime_seconds") or 0.0) for r in per_shard), 3
             ),
+            **aggregate_json(summed(r.get("requests") for r in per_shard)),
         },
     }
+
+
+def requests_line(report: ShardReport) -> str | None:
+    """The shard's live requests (retries by cause, cool-down, cost), when it sent any."""
+    from mmirage.core.shard.live_counters import RequestTotals, retries_summary
+
+    if not report.requests.get("live"):
+        return None
+    return retries_summary(RequestTotals.from_json(report.requests))
 
 
 def conclude(outcomes: list[ShardOutcome], stats: bool, *, tokens_known: bool) -> None:

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from mmirage.core.shard.progress import PROGRESS_ENV, RECORDS, stamped
 from mmirage.executors.console import Console
 from mmirage.executors.forwarding import shard_env
+from mmirage.executors.live_total import LiveTotal
 from mmirage.executors.outcome import ShardOutcome
 from mmirage.executors.signals import (
     PARENT_HURRY,
@@ -79,9 +81,9 @@ class ParallelRun:
         self.run_id = run_id
         self.env = shard_env(cfg)  # before any child starts: a provider it cannot import fails
         self.console = Console()
-        self.started = time.monotonic()
-        self.rows_before = 0
-        self._shown_at = 0.0
+        self.live = LiveTotal({})
+        # A terminal's status line from the first second; a log's line every interval.
+        self._shown_at = -math.inf if self.console.live else time.monotonic()
 
     def run(self, shards: list[int]) -> list[ShardOutcome]:
         """Every shard's outcome, in order; ``SystemExit`` (130, 143) when a signal stopped the
@@ -89,7 +91,8 @@ class ParallelRun:
         waiting = list(shards)
         running: dict[int, _Child] = {}
         outcomes: dict[int, ShardOutcome] = {}
-        self.rows_before = self._rows(shards)
+        self.live = LiveTotal(self._before(shards))
+        self.live.count_rows(self.cfg, shards)
         stopped_by_user_error = False
         # The handlers only note the signals: this loop acts on them between its steps, never
         # in the middle of a spawn or of reaping a child (whose exit status would be lost).
@@ -139,7 +142,8 @@ class ParallelRun:
         ]  # fmt: skip
 
     def _spawn(self, shard_id: int) -> _Child:
-        env = {**os.environ, **self.env, PARENT_PID_ENV: str(os.getpid())}
+        # RECORDS: the child writes its counts for the total line, not a progress line.
+        env = {**os.environ, **self.env, PARENT_PID_ENV: str(os.getpid()), PROGRESS_ENV: RECORDS}
         proc = subprocess.Popen(
             self._argv(shard_id), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )
@@ -156,7 +160,8 @@ class ParallelRun:
     def _relay(self, shard_id: int, stream: IO[bytes]) -> None:
         for raw in iter(stream.readline, b""):
             text = raw.decode("utf-8", "replace").rstrip("\r\n")
-            self.console.line(f"[shard {shard_id}] {text}")
+            if not self.live.take(shard_id, text):
+                self.console.line(f"[shard {shard_id}] {text}")
 
     @staticmethod
     def _collect(stream: IO[bytes], into: list[bytes]) -> None:
@@ -177,29 +182,35 @@ class ParallelRun:
             why = f"exit code {code}, see its lines above"
         return ShardOutcome(child.shard_id, stats=stats, problem=why, user_error=code == 2)
 
-    def _rows(self, shards: list[int]) -> int:
+    def _before(self, shards: list[int]) -> dict[int, tuple[int, int]]:
+        """Each shard's (rows done, rows failed) in its status.json, as the run begins."""
         from mmirage.core.shard.state import read_status
 
-        return sum(
-            int((read_status(self.run_dir.status_path(k)) or {}).get("rows_done") or 0)
-            for k in shards
-        )
+        before = {}
+        for k in shards:
+            status = read_status(self.run_dir.status_path(k)) or {}
+            before[k] = (int(status.get("rows_done") or 0), int(status.get("rows_failed") or 0))
+        return before
 
     def _show(
         self, shards: list[int], outcomes: Mapping[int, ShardOutcome], running: Mapping[int, Any]
     ) -> None:
-        # Once a second: it reads every shard's status.json.
-        if not self.console.live or time.monotonic() - self._shown_at < 1.0:
+        """The total line: a terminal's status line, once a second; in a log, one line every
+        ``progress_interval_seconds``."""
+        every = 1.0 if self.console.live else self.cfg.execution_params.progress_interval_seconds
+        if time.monotonic() - self._shown_at < every:
             return
         self._shown_at = time.monotonic()
         ok = sum(o.ok for o in outcomes.values())
-        rows = self._rows(shards)
-        rate = max(0, rows - self.rows_before) / max(time.monotonic() - self.started, 1e-9)
-        self.console.status(
-            f"shards: {ok} done, {len(outcomes) - ok} failed, {len(running)} running, "
-            f"{len(shards) - len(outcomes) - len(running)} waiting | {rows} rows, "
-            f"{rate:.1f} rows/s"
+        waiting = len(shards) - len(outcomes) - len(running)
+        text = (
+            f"total: {self.live.line()} | shards: {ok} done, {len(outcomes) - ok} failed, "
+            f"{len(running)} running, {waiting} waiting"
         )
+        if self.console.live:
+            self.console.status(text)
+        else:
+            self.console.line(stamped(text))
 
 
 # The exit statuses of a child stopped by a signal it handled (SIGINT, SIGTERM, PARENT_STOP).

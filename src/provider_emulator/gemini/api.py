@@ -177,6 +177,14 @@ class GeminiFamily(Family):
             details.append({"@type": _RETRY_INFO, "retryDelay": _proto_duration(retry_s)})
         return self._error(429, message, details)
 
+    def sporadic_refusal(self, budget_headers: Mapping[str, str]) -> web.Response:
+        # Gemini names the spent quota in the body (QuotaFailure): a sporadic 429 names none.
+        retry = {
+            "@type": _RETRY_INFO,
+            "retryDelay": _proto_duration(self.state.config.faults.retry_after_s),
+        }
+        return self._error(429, "Resource has been exhausted (injected by the emulator).", [retry])
+
     def fault_response(self, fault: Fault) -> web.Response:
         if fault is Fault.RATE_LIMIT:
             return self._exhausted(

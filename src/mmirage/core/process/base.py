@@ -12,9 +12,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Self, overload
+from typing import TYPE_CHECKING, Any, Protocol, Self, overload
 
 from mmirage.rundir import RunDir, plain_config, results_relevant
+
+if TYPE_CHECKING:
+    from llm_kit.request_stats import RequestStats
 
 
 @dataclass(slots=True)
@@ -245,6 +248,11 @@ class Processor(ABC):
     async def finish(self) -> str | None:
         """Called when every row of a dataset has a result, before the shard is published;
         returns one line for the run's report, or None."""
+        return None
+
+    def request_stats(self) -> RequestStats | None:
+        """The live requests' counters (retries by cause, cool-down, tokens, model) for the
+        progress lines and the shard's report; ``None``: it sends none (by default)."""
         return None
 
     async def aclose(self) -> None:  # noqa: B027 - nothing to release by default

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # llm_kit and pydantic are imported when a processor is built
     from pydantic import BaseModel
 
     from llm_kit import LLM, BatchConfig, BatchItem, BatchResult
+    from llm_kit.request_stats import RequestStats
     from mmirage.config.processors import LLMProcessorConfig
     from mmirage.core.process.base import RunContext
 
@@ -109,6 +110,10 @@ def build_llm(config: LLMProcessorConfig, server: LaunchedServer | None = None) 
         if message_format != "local":
             raise ConfigError(_source(config), "model", "name the model to call (model: ...)")
         model = _LOCAL_MODEL_NAME
+    if message_format == "local" and config.local_threads is not None:
+        from llm_kit.providers.local import set_local_threads
+
+        set_local_threads(model, config.local_threads)
     return LLM(
         model=model,
         message_format=message_format,
@@ -181,6 +186,9 @@ class LLMProcessor(Processor):
         items = build.items(RequestBatch.of(requests), take)
         # A rejected API key (401) raises from here: that is not one row's failure.
         await self._requests.run(items, _results_to(take))
+
+    def request_stats(self) -> RequestStats:
+        return self.llm.request_stats()
 
     async def drain(self) -> int:
         return await self._requests.drain()

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 from llm_kit.gcquiet import quiet_gc
 from mmirage.core.loader import DatasetShard
 from mmirage.core.process.base import Processor
+from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.shard.answers import AnswerStore
 from mmirage.core.shard.landing import Landing
+from mmirage.core.shard.live_counters import RequestCounter
 from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.progress import RowProgress
 from mmirage.core.shard.reading import Item, groups_from
@@ -58,6 +60,9 @@ async def run_dataset(
         f"shard {shard.shard_id} · dataset {shard.dataset_index}",
         ckpt.rows_done,
         ckpt.rows_failed,
+        requests=RequestCounter(procs.values(), PriceBook.from_config(config)),
+        interval_s=config.execution_params.progress_interval_seconds,
+        where=(shard.shard_id, shard.dataset_index),
     )
     if ckpt.range_index < len(shard.ranges):
         # Where this dataset's unfinished rows start, globally: a processor may need to know

@@ -4,6 +4,7 @@ how its failed rows are told apart (``failed_summary``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from mmirage.core.shard.output import ShardCheckpoint
 from mmirage.rundir import COUNTERS
@@ -24,6 +25,8 @@ class ShardReport:
     published: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # processors' summaries (cost estimates...)
     first_row_error: str | None = None  # "<row key>: <reason>" of this run's first failed row
+    # This run's live requests: retries by cause, cool-down, tokens sent, cost (live_counters).
+    requests: dict[str, Any] = field(default_factory=dict)
 
     def add(self, ckpt: ShardCheckpoint) -> None:
         for name in COUNTERS:

@@ -40,9 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 from mmirage.core.loader import open_datasets, plan_shard
 from mmirage.core.process.base import Processor, RunContext
+from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.factory import build_processor  # built-ins import on first use
 from mmirage.core.shard.answers import AnswerStore
 from mmirage.core.shard.dataset_run import group_rows, run_dataset
+from mmirage.core.shard.live_counters import RequestCounter
 from mmirage.core.shard.output import ShardOutput
 from mmirage.core.shard.published import verified_finished
 from mmirage.core.shard.reading import source_offsets
@@ -192,12 +194,12 @@ async def _arun_shard_locked(
     sources = open_datasets(lp.datasets, config.config_path)
     shards = plan_shard(sources, lp.num_shards, shard_id)
     offsets = source_offsets(sources)
-    outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards, lp.output_format) for s in shards]
-    force = _check_can_run(status, outputs, fp, shard_id, force)
     if shard_id == 0:  # said once per run, not by every shard
         for source in sources:
             if source.num_rows == 0:
                 logger.warning("dataset %s holds no rows: nothing to compute", source.config.path)
+    outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards, lp.output_format) for s in shards]
+    force = _check_can_run(status, outputs, fp, shard_id, force)
     context = dataclasses.replace(context, recompute=force, fresh=fresh)
     if force:  # computed again, from the stored answers; the retry budget too
         for out in outputs:
@@ -221,6 +223,7 @@ async def _arun_shard_locked(
         for out in outputs:
             out.arrow = arrow
         async with _processors(config, processors, context) as procs:
+            requests = RequestCounter(procs.values(), PriceBook.from_config(config))
             status.start(fp)
             beating = asyncio.create_task(_heartbeat(status))
             try:
@@ -240,6 +243,7 @@ async def _arun_shard_locked(
                     report.published.append(str(out.published))
             except BaseException as exc:  # KeyboardInterrupt and SIGTERM too: never leave "running"
                 report.runtime_seconds = time.monotonic() - started
+                report.requests = requests.totals().as_json()
                 interrupted = isinstance(
                     exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit
                 )
@@ -255,6 +259,7 @@ async def _arun_shard_locked(
             # Recorded before the processors close (a launched server takes seconds to stop): a
             # SIGTERM then must not leave a published shard "running".
             report.runtime_seconds = time.monotonic() - started
+            report.requests = requests.totals().as_json()
             if summary := store.summary():
                 report.notes.append(summary)
             status.update_counters(report.counters())
@@ -328,4 +333,5 @@ def _stats(report: ShardReport) -> dict[str, Any]:
         "rows_processed": rows,
         "throughput_rows_per_sec": round(rows / runtime, 3) if runtime > 0 else None,
         **report.counters(),
+        "requests": report.requests,
     }

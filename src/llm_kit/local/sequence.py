@@ -1,0 +1,110 @@
+"""One request inside the batching scheduler: its prompt, its own sampler chain, its answer.
+
+The sampler chain is the one ``Llama.create_chat_completion`` builds (repeat penalty over the
+last 64 tokens, then the JSON grammar, then greedy or top-k/typical/top-p/min-p/temperature
+with the request's seed), one chain per request, so that each sequence of a batch is held by
+its own grammar and its own random state.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_kit.types import Completion, Usage
+
+PENALTY_LAST_N = 64  # llama-cpp-python's default window for the repeat penalty
+_TOP_K, _MIN_P, _TYPICAL_P, _DEFAULT_TOP_P = 40, 0.05, 1.0, 0.95
+
+
+@dataclass
+class Request:
+    """What the engine asks the scheduler for; ``future`` receives the Completion."""
+
+    prompt: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float | None
+    seed: int
+    repeat_penalty: float
+    stops: list[str]
+    grammar: Any = None  # a LlamaGrammar, or None for free text
+    future: Future[Completion] = field(default_factory=Future)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+def build_sampler(model: Any, request: Request) -> Any:
+    """The request's sampler chain, in ``Llama._init_sampler``'s order."""
+    sampler = model.new_sampler()
+    sampler.add_penalties(
+        n_vocab=model.n_vocab,
+        penalty_last_n=PENALTY_LAST_N,
+        penalty_repeat=request.repeat_penalty,
+        penalty_freq=0.0,
+        penalty_present=0.0,
+    )
+    if request.grammar is not None:
+        model.add_grammar(sampler, request.grammar)
+    if request.temperature == 0.0:
+        sampler.add_greedy()
+    else:
+        top_p = _DEFAULT_TOP_P if request.top_p is None else request.top_p
+        sampler.add_top_k(_TOP_K)
+        sampler.add_typical(_TYPICAL_P, 1)
+        sampler.add_top_p(top_p, 1)
+        sampler.add_min_p(_MIN_P, 1)
+        sampler.add_temp(request.temperature)
+        sampler.add_dist(request.seed)
+    return sampler
+
+
+class Sequence:
+    """A request holding a slot: prompt tokens still to feed, tokens generated, the end."""
+
+    def __init__(self, request: Request, slot: int, sampler: Any) -> None:
+        self.request = request
+        self.slot = slot
+        self.sampler = sampler
+        self.fed = 0  # prompt tokens already decoded
+        self.generated: list[int] = []
+        self.next_token: int | None = None  # sampled, not yet decoded
+        self.finish_reason: str | None = None
+        self.text = ""
+        self._bytes = b""  # the answer so far; decoded whole, since a piece may split a char
+
+    @property
+    def prefilling(self) -> bool:
+        return self.fed < len(self.request.prompt)
+
+    @property
+    def position(self) -> int:
+        """The KV position of the next token this sequence decodes."""
+        return self.fed + len(self.generated) - (1 if self.next_token is not None else 0)
+
+    def take(self, token: int, model: Any) -> None:
+        """A sampled token: the end of the answer, or one more token of it."""
+        if model.is_end(token):
+            self.finish_reason = "stop"
+            return
+        self.generated.append(token)
+        self.next_token = token
+        self._bytes += model.detokenize([token])
+        text = self._bytes.decode("utf-8", errors="ignore")
+        cut = [text.index(stop) for stop in self.request.stops if stop in text]
+        if cut:
+            self.text = text[: min(cut)]
+            self.finish_reason = "stop"
+        elif len(self.generated) >= self.request.max_tokens:
+            self.text = text
+            self.finish_reason = "length"
+        else:
+            self.text = text
+
+    def completion(self) -> Completion:
+        return Completion(
+            text=self.text,
+            usage=Usage(input_tokens=len(self.request.prompt), output_tokens=len(self.generated)),
+            finish_reason=self.finish_reason,
+        )
