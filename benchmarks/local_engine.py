@@ -1,7 +1,7 @@
 """The embedded llama.cpp engine (SmolLM2-135M-Instruct on the CPU), measured.
 
 Run: ``python benchmarks/local_engine.py [--rows 64] [--max-tokens 64] [--skip-server]
-[--threads-matrix] [--demo-before]``. Prints, on the benchmark's prompts ("Write two
+[--threads-matrix] [--demo-before REV]``. Prints, on the benchmark's prompts ("Write two
 sentences about ...", temperature 0):
 
 - answers: how many batched answers equal the one-at-a-time answers, and JSON validity;
@@ -11,7 +11,7 @@ sentences about ...", temperature 0):
   where it cannot be): output tokens/s, their ratio, and each side's peak RSS;
 - ``--threads-matrix``: engine tokens/s for 1 and 2 threads x OpenMP wait policies, quiet
   and loaded (what ``llm_kit/local/threads.py`` chose from);
-- ``--demo-before``: ``make demo``'s ``mmirage run`` with this tree and with git HEAD's.
+- ``--demo-before REV``: ``make demo``'s ``mmirage run`` with this tree and with git REV's.
 Not a test: figures on a shared machine are noisy, so compare the ratios of one run.
 """
 
@@ -319,16 +319,16 @@ def threads_matrix(rows: int, max_tokens: int) -> list[tuple[str, str]]:
 # -- make demo ----------------------------------------------------------------------------
 
 
-def demo_times(before: bool, tmp: Path) -> list[tuple[str, str]]:
+def demo_times(before: str | None, tmp: Path) -> list[tuple[str, str]]:
     trees = [("this tree", None)]
     if before:
         head = tmp / "head"
         head.mkdir()
         archive = subprocess.run(
-            ["git", "archive", "HEAD", "src"], cwd=ROOT, capture_output=True, check=True
+            ["git", "archive", before, "src"], cwd=ROOT, capture_output=True, check=True
         )
         subprocess.run(["tar", "-x", "-C", str(head)], input=archive.stdout, check=True)
-        trees.append(("git HEAD", head / "src"))
+        trees.append((f"git {before}", head / "src"))
     seconds: dict[str, list[float]] = {name: [] for name, _ in trees}
     mmirage = Path(sys.executable).with_name("mmirage")
     for attempt in range(3):  # alternated, so that both trees see the same load
@@ -364,7 +364,9 @@ def main() -> None:
     parser.add_argument("--skip-server", action="store_true", help="no llama-server comparison")
     parser.add_argument("--repeat", type=int, default=3, help="alternated runs of each side")
     parser.add_argument("--threads-matrix", action="store_true")
-    parser.add_argument("--demo-before", action="store_true", help="also time git HEAD's demo")
+    parser.add_argument(
+        "--demo-before", metavar="REV", help="also time the demo of this git revision"
+    )
     parser.add_argument("--only", choices=("answers", "side", "threads", "demo"))
     args = parser.parse_args()
     print(f"usable CPUs: {len(os.sched_getaffinity(0))}, load average: {os.getloadavg()}")
