@@ -29,6 +29,7 @@ from mmirage.core.process.batch.provider_resolution import BatchProviderConfigRe
 from mmirage.core.process.batch.registry import BatchAdapterRegistry
 from mmirage.core.process.batch.spool import ChunkSpool, OversizedRequestError
 from mmirage.core.shard import run_shard
+from mmirage.errors import UserError
 
 LEDGER_ENV = "LEDGER_LEDGER_PATH"  # where the fake provider writes (not a credential)
 
@@ -360,17 +361,19 @@ def test_rows_with_missing_images_fail_alone(tmp_path: Path, ledger: Path) -> No
     assert ledger_ids(ledger) == []
 
 
-def test_an_image_the_provider_refuses_fails_its_row_naming_the_request_once(
+def test_an_image_type_the_provider_refuses_stops_the_run_naming_the_row_and_file(
     tmp_path: Path,
 ) -> None:
+    """The batch page: anthropic "raises before submission on anything else"."""
     (tmp_path / "pic.bmp").write_bytes(b"BM" + bytes(60))  # Anthropic takes no BMP
     write_dataset(tmp_path / "a.jsonl", 1, image="pic.bmp")
     cfg = image_pipeline(tmp_path, {"provider": "anthropic", "model": "claude"})
-    run_shard(cfg, 0, export_prompts=str(tmp_path / "prompts.jsonl"))
-    (row,) = [json.loads(x) for x in (tmp_path / "img_out" / "shard-0-of-1.jsonl").open()]
-    error = row["__errors__"]["cap"]
-    assert error.startswith("request 'cap-multimodal-0': ") and "image/bmp" in error
-    assert error.count("cap-multimodal-0") == 1
+    with pytest.raises(UserError) as refused:
+        run_shard(cfg, 0, export_prompts=str(tmp_path / "prompts.jsonl"))
+    message = str(refused.value)
+    assert message.startswith("row 0::0: an image of ") and "pic.bmp' is image/bmp" in message
+    assert message.count("cap-multimodal-0") == 1 and "correct extension" in message
+    assert not (tmp_path / "img_out" / "shard-0-of-1.jsonl").exists()
 
 
 def _two_outputs(second_prompt: str, first_name: str = "answer") -> dict[str, Any]:
@@ -422,9 +425,7 @@ def test_a_failed_last_submission_is_made_by_the_rerun_even_with_no_row_left(
     )
 
 
-def test_recompute_sends_only_the_requests_whose_line_changed(
-    tmp_path: Path, ledger: Path
-) -> None:
+def test_recompute_sends_only_the_requests_whose_line_changed(tmp_path: Path, ledger: Path) -> None:
     config = make_config(tmp_path, num_shards=1)
     run_shard(config, 0)
     changed = make_config(tmp_path, num_shards=1)

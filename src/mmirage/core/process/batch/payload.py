@@ -54,6 +54,6 @@ def image_type_refused(provider: str, request: OutputRequest, exc: ImageTypeErro
     files = ", ".join(repr(url) for url in request.image_urls)
     return UserError(
         f"row {request.row_key}: an image of {files} is {exc.media_type} (its extension's "
-        f"type), which provider {provider} does not take: {exc}; give the file its correct "
+        f"type), which provider {provider} does not take ({exc}); give the file its correct "
         "extension or convert it, then run again (nothing of this row was submitted)"
     )

@@ -43,8 +43,8 @@ def encode_payload(
         if schema is None:
             schema = payload_schema(payload.get("response_schema"))
         return codec.encode(model, messages, sampling, schema)
-    except ImageTypeError:
-        raise  # not this request's alone: the processor stops the run before submitting
+    except ImageTypeError as exc:  # the processor stops the run on it, before submitting
+        raise ImageTypeError(f"request {custom_id}: {exc}", media_type=exc.media_type) from None
     except (ConfigError, ItemError) as exc:
         raise ValueError(f"request {custom_id}: {exc}") from None
 
