@@ -255,3 +255,20 @@ def test_a_pool_wide_cool_down_is_logged_once_with_the_limits_and_counted_once(
         "rate limited: every request waits 2.00 s (limits now: 600 requests/min)"
     ]
     assert limiter.cooled_down_seconds == pytest.approx(2.0)
+
+
+def test_parallel_shards_say_a_stale_price_once(tmp_path: Path) -> None:
+    """Each shard child used to warn of an old price table in turn: the parent says it once."""
+    prices = tmp_path / "old.json"
+    table = {"models": {"gpt-4o-mini": {"input": 0.15, "output": 0.6, "date": "2020-01-01"}}}
+    prices.write_text(json.dumps(table))
+    with running_emulator(EmulatorConfig()) as emu:
+        config = pipeline(tmp_path, emu.openai_base_url, 12, execution={"local_parallel_shards": 3})
+        os.environ["MMIRAGE_PRICES"] = str(prices)
+        try:
+            code, _, log = logged_run(tmp_path, "run", str(config))
+        finally:
+            del os.environ["MMIRAGE_PRICES"]
+    assert code == 0, log
+    assert log.count("over 6 months ago") == 1, log
+    assert "[shard" not in next(line for line in log.splitlines() if "over 6 months" in line)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from mmirage.core.process.batch.cost import STALE_SAID_ENV, say_stale_prices
 from mmirage.core.shard.progress import PROGRESS_ENV, RECORDS, stamped
 from mmirage.executors.console import Console
 from mmirage.executors.forwarding import shard_env
@@ -93,6 +94,7 @@ class ParallelRun:
         outcomes: dict[int, ShardOutcome] = {}
         self.live = LiveTotal(self._before(shards))
         self.live.count_rows(self.cfg, shards)
+        say_stale_prices(self.cfg)  # here, once: the children are told not to (``_spawn``)
         stopped_by_user_error = False
         # The handlers only note the signals: this loop acts on them between its steps, never
         # in the middle of a spawn or of reaping a child (whose exit status would be lost).
@@ -143,7 +145,13 @@ class ParallelRun:
 
     def _spawn(self, shard_id: int) -> _Child:
         # RECORDS: the child writes its counts for the total line, not a progress line.
-        env = {**os.environ, **self.env, PARENT_PID_ENV: str(os.getpid()), PROGRESS_ENV: RECORDS}
+        env = {
+            **os.environ,
+            **self.env,
+            PARENT_PID_ENV: str(os.getpid()),
+            PROGRESS_ENV: RECORDS,
+            STALE_SAID_ENV: "1",
+        }
         proc = subprocess.Popen(
             self._argv(shard_id), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime
 import functools
 import logging
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ _PIECES = re.compile(r"\w+|[^\w\s]")  # words and punctuation marks
 
 _registered: Table = {}
 _stale_warned: set[str] = set()
+# Set for shard processes by the parent that started them, which warned of stale prices.
+STALE_SAID_ENV = "MMIRAGE_STALE_PRICES_SAID"
 
 
 def register_price(model: str, input_per_mtok: float, output_per_mtok: float) -> None:
@@ -85,6 +88,8 @@ def _configured(prices: dict[str, Price], batch: bool) -> Table:
 
 def _warn_if_stale(model: str, entry: ModelPrice, today: datetime.date | None = None) -> None:
     if entry.table in _stale_warned or not entry.is_stale(today or datetime.date.today()):
+        return
+    if os.environ.get(STALE_SAID_ENV):  # a shard child: its parent said it, once for all
         return
     _stale_warned.add(entry.table)
     logger.warning(
@@ -161,6 +166,18 @@ class PriceBook:
             return None
         _warn_if_stale(str(model), entry)
         return price.cost(input_tokens, output_tokens)
+
+
+def say_stale_prices(config: Any) -> None:
+    """Warn now, once per table, of every processor's model whose price is over 6 months old:
+    a parent says it for the shard processes it starts (``STALE_SAID_ENV`` keeps them quiet)."""
+    book = PriceBook.from_config(config)
+    for processor in getattr(config, "processors", []):
+        batch = getattr(processor, "provider_config", None)
+        model = getattr(batch if batch is not None else processor, "model", None)
+        entry = book._entry(model, batch is not None) if model else None
+        if entry is not None and entry.for_mode(batch is not None) is not None:
+            _warn_if_stale(str(model), entry)
 
 
 def _prices_of(configs: Iterable[Any]) -> dict[str, Price]:
@@ -255,6 +272,7 @@ def register_config_prices(config: Any) -> None:
 __all__ = [
     "PRICES_AS_OF",
     "PRICES_ENV",
+    "STALE_SAID_ENV",
     "CostEstimate",
     "Price",
     "PriceBook",
@@ -267,6 +285,7 @@ __all__ = [
     "price_for",
     "register_config_prices",
     "register_price",
+    "say_stale_prices",
     "schema_tokens",
     "unregister_price",
     "usage_cost",
