@@ -128,6 +128,68 @@ async def test_a_cancelled_request_frees_its_slot() -> None:
         single.close()
 
 
+def test_a_slot_decodes_only_what_its_kept_prompt_does_not_share() -> None:
+    # One slot, requests in turn: every prompt starts with the same chat template and system
+    # prompt, which the slot keeps from the request before.
+    single = LocalEngine(slots=1)
+    try:
+        single.complete_sync(user("Name a fruit."), max_tokens=4)
+        assert single.stats.prompt_tokens_reused == 0
+        city = single.complete_sync(user("Name a city."), max_tokens=4)
+        shared = single.stats.prompt_tokens_reused
+        assert 0 < shared < city.usage.input_tokens
+        # The same prompt again: all of it stays but its last token, whose logits start the
+        # answer.
+        decoded = single.stats.tokens_decoded
+        again = single.complete_sync(user("Name a city."), max_tokens=4)
+        assert single.stats.prompt_tokens_reused - shared == again.usage.input_tokens - 1
+        assert single.stats.tokens_decoded - decoded == again.usage.output_tokens
+    finally:
+        single.close()
+
+
+def test_answers_after_a_reused_prompt_equal_answers_from_a_fresh_slot() -> None:
+    prompts = [f"Write two sentences about topic number {i}." for i in range(4)]
+
+    def answers(engines: list[LocalEngine]) -> list[str | None]:
+        pairs = zip(engines, prompts, strict=True)
+        return [e.complete_sync(user(p), max_tokens=24).text for e, p in pairs]
+
+    fresh_engines = [LocalEngine(slots=1) for _ in prompts]
+    try:
+        fresh = answers(fresh_engines)
+    finally:
+        for e in fresh_engines:
+            e.close()
+    single = LocalEngine(slots=1)
+    try:
+        reused = answers([single] * len(prompts))
+        assert single.stats.prompt_tokens_reused > 0
+        schema = Sentiment.model_json_schema()
+        json_answer = single.complete_sync(user("I love it! As JSON."), json_schema=schema)
+        Sentiment.model_validate(json.loads(json_answer.text or ""))
+    finally:
+        single.close()
+    assert reused == fresh  # temperature 0, one sequence at a time: the same tokens
+
+
+async def test_a_request_after_a_cancelled_one_reuses_only_what_was_decoded() -> None:
+    single = LocalEngine(slots=1)
+    try:
+        endless = asyncio.create_task(
+            single.complete(user("List numbers."), max_tokens=1500, json_schema=ENDLESS)
+        )
+        await asyncio.to_thread(wait_until, lambda: single.stats.decode_calls >= 3, "decoding")
+        endless.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await endless
+        after = await single.complete(user("List numbers."), max_tokens=8)
+        assert after.text and after.usage.output_tokens > 0
+        assert single.stats.prompt_tokens_reused == after.usage.input_tokens - 1
+    finally:
+        single.close()
+
+
 def test_a_request_cancelled_while_waiting_never_runs() -> None:
     single = LocalEngine(slots=1)
     try:

@@ -147,9 +147,9 @@ class NativeModel:
         """llama_decode on the batch: 0 on success, llama.cpp's code otherwise."""
         return int(self._api.llama_decode(self.context.ctx, self.batch))
 
-    def forget(self, seq: int) -> None:
-        """Free a sequence's KV cells, so that its slot starts clean."""
-        self._api.llama_memory_seq_rm(self.context.memory, seq, -1, -1)
+    def forget(self, seq: int, start: int = 0) -> None:
+        """Free a sequence's KV cells from position ``start`` on (all of them by default)."""
+        self._api.llama_memory_seq_rm(self.context.memory, seq, start if start > 0 else -1, -1)
 
     def set_threads(self, n_threads: int) -> None:
         self._api.llama_set_n_threads(self.context.ctx, n_threads, n_threads)

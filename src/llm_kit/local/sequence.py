@@ -63,11 +63,11 @@ def build_sampler(model: Any, request: Request) -> Any:
 class Sequence:
     """A request holding a slot: prompt tokens still to feed, tokens generated, the end."""
 
-    def __init__(self, request: Request, slot: int, sampler: Any) -> None:
+    def __init__(self, request: Request, slot: int, sampler: Any, reused: int = 0) -> None:
         self.request = request
         self.slot = slot
         self.sampler = sampler
-        self.fed = 0  # prompt tokens already decoded
+        self.fed = reused  # prompt tokens already in the slot's KV cells
         self.generated: list[int] = []
         self.next_token: int | None = None  # sampled, not yet decoded
         self.finish_reason: str | None = None
