@@ -473,11 +473,11 @@ def test_an_image_url_is_named_without_its_key() -> None:
 def test_the_dialect_log_names_a_base_url_without_its_key(caplog: pytest.LogCaptureFixture) -> None:
     from llm_kit.dialect_choice import dialect_choice
 
-    choice = dialect_choice(f"http://127.0.0.1:9/v1?api_key={SECRET}", "auto")
+    choice = dialect_choice(f"http://127.0.0.1:9/v1?api_key={SECRET}", "m", "auto")
     with caplog.at_level(logging.INFO, logger="llm_kit"):
         first = choice.current
         choice.moved_on(first, 400, b'{"error": {"message": "response_format is unsupported"}}')
-        choice.worked(choice.current)
+        choice.judged(choice.current, fits=True)  # says which dialect the server follows
     assert caplog.records and not _leaks(caplog.text)
 
 

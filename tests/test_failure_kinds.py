@@ -39,7 +39,12 @@ class Review(BaseModel):
     verdict: str
 
 
-def make_llm(emu: Any, fmt: str, max_tokens: int | None = 8, **config: Any) -> LLM:
+def make_llm(
+    emu: Any, fmt: str, max_tokens: int | None = 8, model_held: bool = False, **config: Any
+) -> LLM:
+    """``model_held``: the schema is held by the model alone (the ``prompt`` form on OpenAI),
+    so that the emulator's ``invalid_json`` answers are the model's misses; under a form that
+    carries the schema, they would show the form ignored (llm_kit.dialect_choice)."""
     return LLM(
         model="test-model",
         message_format=fmt,
@@ -47,7 +52,13 @@ def make_llm(emu: Any, fmt: str, max_tokens: int | None = 8, **config: Any) -> L
         api_key=TEST_KEY,
         max_tokens=max_tokens,
         config=BatchConfig(**{"retry_base_delay": 0.01, "retry_max_delay": 0.05, **config}),
+        structured_output="prompt" if model_held and fmt == "openai" else "auto",
     )
+
+
+def conversation(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """A recorded request's turns, without the system message the prompt form adds."""
+    return [m for m in request["messages"] if m["role"] != "system"]
 
 
 def review(item_id: str = "r") -> BatchItem:
@@ -136,14 +147,14 @@ async def test_a_plain_text_answer_cut_at_the_limit_stays_an_answer(emu: Any, fm
 async def test_a_validation_miss_is_re_asked_with_the_answer_and_the_error(fmt: str) -> None:
     config = EmulatorConfig(invalid_json="first", record_requests=True)
     with running_emulator(config) as emu:
-        llm = make_llm(emu, fmt, max_tokens=512)
+        llm = make_llm(emu, fmt, max_tokens=512, model_held=True)
         result = await llm.run_item(review())
         await llm.aclose()
         sent = emu.requests()
     assert result.ok and isinstance(result.response, Review), result.error
     assert result.attempts == 2 and len(sent) == 2
     assert result.finish_reason == STOP[fmt]
-    first, second = (request["messages"] for request in sent)
+    first, second = (conversation(request) for request in sent)
     assert [m["role"] for m in first] == ["user"]
     # The conversation, the rejected answer as the assistant's turn, then what was wrong.
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
@@ -156,7 +167,7 @@ async def test_a_validation_miss_is_re_asked_with_the_answer_and_the_error(fmt: 
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_an_answer_that_never_validates_fails_for_good(fmt: str) -> None:
     with running_emulator(EmulatorConfig(invalid_json="always", record_requests=True)) as emu:
-        llm = make_llm(emu, fmt, max_tokens=512, validation_retries=2)
+        llm = make_llm(emu, fmt, max_tokens=512, model_held=True, validation_retries=2)
         result = await llm.run_item(review())
         await llm.aclose()
         sent = emu.requests()
@@ -165,13 +176,13 @@ async def test_an_answer_that_never_validates_fails_for_good(fmt: str) -> None:
     assert result.finish_reason == STOP[fmt] and result.attempts == 3
     assert "does not match Review" in (result.error or "")
     # Each re-ask carries the whole exchange so far.
-    assert [len(request["messages"]) for request in sent] == [1, 3, 5]
+    assert [len(conversation(request)) for request in sent] == [1, 3, 5]
 
 
 async def test_retry_failed_does_not_buy_a_failure_for_good_again(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     with running_emulator(EmulatorConfig(invalid_json="always")) as emu:
-        llm = make_llm(emu, "openai", max_tokens=512, validation_retries=1)
+        llm = make_llm(emu, "openai", max_tokens=512, model_held=True, validation_retries=1)
         items = [review("bad"), review("cut")]
         items[1].sampling = {"max_tokens": 4}
         await llm.batch_to_jsonl(items, out)

@@ -39,6 +39,9 @@ def pipeline(root: Path, base_url: str, output: str) -> Path:
                 "base_url": base_url,
                 "model": "echo",
                 "validation_retries": 1,
+                # The schema held by the model alone: the emulator's off-schema answers are
+                # its misses (a form that carries the schema would be found ignored).
+                "structured_output": "prompt",
                 "default_sampling_params": {"max_new_tokens": CASES[output][0]},
             }
         ],

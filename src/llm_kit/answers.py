@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from llm_kit.errors import ResponseValidationError
 from llm_kit.schema import ResponseSchema, parse_response
-from llm_kit.types import Completion, Message
+from llm_kit.types import BatchItem, BatchResult, Completion, Message, Usage
 
 TRUNCATED = "truncated"
 VALIDATION = "validation"
@@ -68,6 +68,29 @@ def judge(
         return Verdict(error=str(exc), kind=VALIDATION)
 
 
+def failed_result(
+    item: BatchItem,
+    error: str,
+    kind: str,
+    retryable: bool,
+    attempts: int,
+    usage: Usage | None = None,
+    finish_reason: str | None = None,
+) -> BatchResult:
+    """A failed item's result; ``finish_reason`` is the last answer's, when one came."""
+    return BatchResult(
+        item.id,
+        False,
+        error=error,
+        error_kind=kind,
+        retryable=retryable,
+        usage=usage if usage and usage.total_tokens else None,
+        metadata=item.metadata,
+        attempts=attempts,
+        finish_reason=finish_reason,
+    )
+
+
 def truncated_error(
     finish_reason: str | None, max_tokens: int | None, setting: str = "max_new_tokens"
 ) -> str:
@@ -108,6 +131,7 @@ __all__ = [
     "TRUNCATED",
     "VALIDATION",
     "Verdict",
+    "failed_result",
     "judge",
     "max_tokens_of",
     "reask",

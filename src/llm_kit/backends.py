@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,15 +11,17 @@ import orjson
 from llm_kit import provider_json
 from llm_kit.dialect_choice import DialectChoice
 from llm_kit.endpoint_hints import explained
-from llm_kit.errors import ProviderError
+from llm_kit.errors import DialectIgnoredError, ProviderError
+from llm_kit.keys import NO_KEY, KeyChoice
 from llm_kit.providers.base import Backend, Codec, Completion
 from llm_kit.ratelimit import RateLimiter
 from llm_kit.redact import clip, redact_text
 from llm_kit.schema import ResponseSchema
 from llm_kit.transport import HttpTransport
-from llm_kit.types import Message
+from llm_kit.types import Message, Usage
 
 _QUOTED_BODY = 120  # characters of an unreadable answer quoted in its error, at most
+_STARTS_AS_JSON = re.compile(r"\s*(?:[{\[\"]|```)")  # an object, array, string, or a fence
 
 
 class HttpBackend(Backend):
@@ -31,8 +34,10 @@ class HttpBackend(Backend):
         transport: HttpTransport,
         limiter: RateLimiter,
         structured: DialectChoice | None = None,
+        key: KeyChoice = NO_KEY,
     ) -> None:
         self.codec = codec
+        self.key_names = key.variables  # where the key came from: a refusal names them
         self.model = model
         self.transport = transport
         self.limiter = limiter
@@ -48,15 +53,26 @@ class HttpBackend(Backend):
         if schema is None or self.structured is None:
             body = self.codec.encode(self.model, messages, sampling, schema)
             return self._decode(*await self._post(body))
+        choice = self.structured
+        spent = Usage()  # every answer, those of a dialect found ignored too: all paid for
         while True:  # ends: each pass uses a dialect further down a finite list
-            dialect = self.structured.current
+            dialect = choice.in_use()
             body = self.codec.encode(self.model, messages, sampling, None)
             dialect.apply(body, schema)
             status, headers, raw = await self._post(body)
-            if status >= 400 and self.structured.moved_on(dialect, status, raw):
+            if status >= 400 and choice.moved_on(dialect, status, raw):
                 continue
             completion = self._decode(status, headers, raw)
-            self.structured.worked(dialect)
+            spent.input_tokens += completion.usage.input_tokens
+            spent.output_tokens += completion.usage.output_tokens
+            if choice.judges(dialect) and (fits := _fits_or_not(completion, schema)) is not None:
+                try:
+                    if choice.judged(dialect, fits):
+                        continue  # the server ignored that dialect: again in the next one
+                except DialectIgnoredError as exc:
+                    exc.usage = spent  # the item's failure carries what it paid
+                    raise
+            completion.usage = spent
             return completion
 
     async def _post(self, body: dict[str, Any]) -> tuple[int, Mapping[str, str], bytes]:
@@ -70,7 +86,7 @@ class HttpBackend(Backend):
         if status >= 400:
             error = self.codec.error(status, headers, raw)
             base, keyed = self.transport.base_url, bool(self.transport.secrets)
-            raise explained(error, self.codec.name, base, self._path, key_sent=keyed)
+            raise explained(error, self.key_names, base, self._path, key_sent=keyed)
         try:
             return self.codec.decode(provider_json.loads(raw))
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
@@ -79,8 +95,8 @@ class HttpBackend(Backend):
             text = redact_text(raw.decode("utf-8", "replace"), self.transport.secrets)
             quoted = repr(clip(text, _QUOTED_BODY))
             raise ProviderError(
-                f"{self.codec.name} sent an answer that does not parse ({type(exc).__name__}: "
-                f"{exc}): {quoted}",
+                f"{self.codec.speaker or self.codec.name} sent an answer that does not parse "
+                f"({type(exc).__name__}: {exc}): {quoted}",
                 status=status,
                 kind="bad_response",
                 retryable=True,
@@ -88,3 +104,16 @@ class HttpBackend(Backend):
 
     async def aclose(self) -> None:
         await self.transport.aclose()
+
+
+def _fits_or_not(completion: Completion, schema: ResponseSchema) -> bool | None:
+    """Whether the answer is JSON that fits the schema; None where it tells nothing about the
+    dialect that asked for it (a refusal; an answer cut at the token limit that starts as
+    JSON). A server that follows a form carrying the schema sends nothing else: JSON that
+    misses it shows the form ignored as well as prose does (JSON mode alone, or a prompt that
+    asks for JSON). A cut answer that starts as prose was never held to JSON."""
+    if completion.refusal:
+        return None
+    if completion.cut:
+        return None if _STARTS_AS_JSON.match(completion.text or "") else False
+    return schema.fits(completion.text)

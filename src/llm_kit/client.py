@@ -12,19 +12,19 @@ from typing import Any
 from pydantic import BaseModel
 
 from llm_kit import jsonl
-from llm_kit.answers import VALIDATION, judge, max_tokens_of, reask
+from llm_kit.answers import VALIDATION, failed_result, judge, max_tokens_of, reask
 from llm_kit.backends import Backend, HttpBackend
 from llm_kit.batch.api import BatchAPI
 from llm_kit.breaker import ConnectionBreaker
 from llm_kit.delivery import delivered
 from llm_kit.dialect_choice import check_structured_output, dialect_choice
-from llm_kit.endpoint_hints import KEY_REFUSED
-from llm_kit.errors import CompletionError, ConfigError, ItemError, ProviderError
+from llm_kit.errors import CompletionError, ConfigError, ItemError, KeyRefusedError, ProviderError
 from llm_kit.finished_ids import FinishedIds
 from llm_kit.interrupts import HeldCtrlC
+from llm_kit.keys import NO_KEY, key_for
 from llm_kit.pacing import backoff_delay, estimate_tokens
 from llm_kit.pipeline import Items, run_pool
-from llm_kit.providers import get_codec, key_from_env, provider_spec, require_key
+from llm_kit.providers import get_codec, provider_spec, require_key
 from llm_kit.ratelimit import RateLimiter
 from llm_kit.request_stats import RequestStats
 from llm_kit.resume_plan import NOTHING_DONE, ResumePlan
@@ -39,10 +39,10 @@ class LLM(BatchAPI):
 
     ``message_format`` picks the wire format: ``openai`` (also any OpenAI-compatible server
     through ``base_url``), ``anthropic``, ``gemini`` or ``local`` (the embedded CPU model).
-    The key comes from ``api_key`` or the provider's environment variable; it is kept in
+    The key comes from ``api_key``, ``api_key_env`` or the provider's variable; it is kept in
     memory only, never written anywhere. ``structured_output`` says how an OpenAI-compatible
     server is asked for a ``response_model``'s JSON (``llm_kit.dialects``; ``auto``: learned
-    from the server's refusals). Each call closes the connections it opened when it ends;
+    per model from refusals and first answers). Each call closes the connections it opened;
     ``async with LLM(...)`` or ``keep_open()`` keep them across calls.
 
     Args:
@@ -50,7 +50,8 @@ class LLM(BatchAPI):
         message_format: the provider: ``openai``, ``anthropic``, ``gemini``, ``local`` or one
             registered in ``llm_kit.providers``.
         base_url: another endpoint than the provider's (an OpenAI-compatible server, a gateway).
-        api_key: the key; ``None`` reads the provider's variable (``OPENAI_API_KEY`` ...).
+        api_key: the key; ``None`` reads ``api_key_env``, else ``OPENAI_API_KEY``... (keys.py).
+        api_key_env: the environment variable that holds this endpoint's key.
         temperature: sampling default for every request (as are the four below).
         top_p: nucleus sampling.
         max_tokens: the longest answer, in tokens.
@@ -63,7 +64,7 @@ class LLM(BatchAPI):
 
     Raises:
         ConfigError: an unknown ``message_format``, an empty ``model``, or no key
-            (``MissingAPIKeyError``) for a provider that needs one.
+            (``MissingAPIKeyError``) for a provider that needs one or in ``api_key_env``.
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class LLM(BatchAPI):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
+        api_key_env: str | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
         max_tokens: int | None = None,
@@ -106,14 +108,9 @@ class LLM(BatchAPI):
         self.stats = RequestStats(model)  # retries by cause, tokens: for progress reports
         self._scope = BackendScope(self._make_backend)
         self._open_in_process = spec.in_process(model, self.config) if spec.in_process else None
-        if self._open_in_process is not None:
-            self.base_url = None
-            self._api_key: str | None = None
-        else:
-            self.base_url = base_url or spec.default_base_url
-            self._api_key = api_key or key_from_env(message_format)
-            if not self._api_key and base_url is None:
-                require_key(message_format)
+        in_process = self._open_in_process is not None
+        self.base_url = None if in_process else base_url or spec.default_base_url
+        self._key = NO_KEY if in_process else key_for(spec, api_key, api_key_env, base_url)
 
     def __repr__(self) -> str:  # never shows the key
         return f"LLM(model={self.model!r}, message_format={self.message_format!r})"
@@ -126,8 +123,8 @@ class LLM(BatchAPI):
     def _make_backend(self) -> Backend:
         if self._open_in_process is not None:
             return self._open_in_process()
-        codec = get_codec(self.message_format)
-        auth = codec.auth_headers(self._api_key) if self._api_key else {}
+        codec = get_codec(self.message_format).answering_at(self.base_url)
+        auth = codec.auth_headers(self._key.value) if self._key.value else {}
         transport = HttpTransport(
             self.base_url or codec.default_base_url,
             {**auth, **self._extra_headers},
@@ -136,11 +133,11 @@ class LLM(BatchAPI):
             connect_timeout=self.config.connect_timeout,
         )
         structured = (
-            dialect_choice(transport.base_url, self.structured_output)
+            dialect_choice(transport.base_url, self.model, self.structured_output)
             if codec.speaks_dialects
             else None
         )
-        return HttpBackend(codec, self.model, transport, self.limiter, structured)
+        return HttpBackend(codec, self.model, transport, self.limiter, structured, self._key)
 
     def keep_open(self) -> None:
         """Keep the connections open across calls until ``aclose()`` (each call otherwise
@@ -207,7 +204,7 @@ class LLM(BatchAPI):
         try:
             schema = response_schema(item.response_model) if item.response_model else None
         except ItemError as exc:
-            return _failure(item, str(exc), "invalid_item", retryable=False, attempts=0)
+            return failed_result(item, str(exc), "invalid_item", retryable=False, attempts=0)
         estimate = estimate_tokens(item, sampling) if self.limiter.tpm else 0
         usage = Usage()
         attempts = validation_failures = 0
@@ -221,15 +218,16 @@ class LLM(BatchAPI):
             try:
                 completion = await backend.complete(messages, sampling, schema)
             except ItemError as exc:
-                self.limiter.settle(reserved, 0)
-                return _failure(item, str(exc), "invalid_item", retryable=False, attempts=attempts)
+                # A dialect found ignored: its answers were paid, as were the earlier re-asks.
+                self._paid(reserved, exc.usage or Usage(), usage)
+                return failed_result(item, str(exc), exc.kind, exc.retryable, attempts, usage)
             except ProviderError as exc:
                 self.limiter.settle(reserved, 0)
                 breaker.saw(exc)
-                if exc.status in KEY_REFUSED:  # the key, not this item: the run stops
+                if isinstance(exc, KeyRefusedError):  # the key, not this item: the run stops
                     raise exc
                 if not exc.retryable or attempts > config.max_retries:
-                    return _failure(item, str(exc), exc.kind, exc.retryable, attempts, usage)
+                    return failed_result(item, str(exc), exc.kind, exc.retryable, attempts, usage)
                 delay = backoff_delay(config, attempts, exc.retry_after)
                 self.stats.retry(exc, item.id, attempts, delay)
                 if exc.budget_spent:  # a sporadic 429 backs off alone; a spent budget, all
@@ -237,10 +235,7 @@ class LLM(BatchAPI):
                 await breaker.sleep(delay)
                 continue
             breaker.answered()
-            self.limiter.settle(reserved, completion.usage.total_tokens)
-            self.stats.used(completion.usage.input_tokens, completion.usage.output_tokens)
-            usage.input_tokens += completion.usage.input_tokens
-            usage.output_tokens += completion.usage.output_tokens
+            self._paid(reserved, completion.usage, usage)
             finish = completion.finish_reason
             response: Any = completion.text  # plain text: nothing to judge (the common case)
             if item.response_model is not None or completion.refusal:
@@ -253,7 +248,7 @@ class LLM(BatchAPI):
                     continue
                 if not verdict.ok:  # truncated, validation, refusal: a rerun buys the same
                     error, kind = verdict.error or "", verdict.kind or VALIDATION
-                    return _failure(item, error, kind, False, attempts, usage, finish)
+                    return failed_result(item, error, kind, False, attempts, usage, finish)
                 response = verdict.response
             return BatchResult(
                 item.id,
@@ -264,6 +259,14 @@ class LLM(BatchAPI):
                 attempts=attempts,
                 finish_reason=finish,
             )
+
+    def _paid(self, reserved: int, spent: Usage, item_usage: Usage) -> None:
+        """The tokens of one attempt's answers, counted by the rate limiter, the client's
+        stats and the item's usage alike."""
+        self.limiter.settle(reserved, spent.total_tokens)
+        self.stats.used(spent.input_tokens, spent.output_tokens)
+        item_usage.input_tokens += spent.input_tokens
+        item_usage.output_tokens += spent.output_tokens
 
     # -- the three sinks --------------------------------------------------------------------
 
@@ -371,29 +374,6 @@ class LLM(BatchAPI):
         )
         fail_fast = config.on_failure == "raise"
         return delivered(pool, total=total, progress=progress, record=record, fail_fast=fail_fast)
-
-
-def _failure(
-    item: BatchItem,
-    error: str,
-    kind: str,
-    retryable: bool,
-    attempts: int,
-    usage: Usage | None = None,
-    finish_reason: str | None = None,
-) -> BatchResult:
-    """A failed item's result; ``finish_reason`` is the last answer's, when one came."""
-    return BatchResult(
-        item.id,
-        False,
-        error=error,
-        error_kind=kind,
-        retryable=retryable,
-        usage=usage if usage and usage.total_tokens else None,
-        metadata=item.metadata,
-        attempts=attempts,
-        finish_reason=finish_reason,
-    )
 
 
 __all__ = ["LLM", "require_key"]

@@ -2,9 +2,11 @@
 
 Servers disagree. OpenAI, vLLM and SGLang take ``response_format: json_schema``; llama.cpp's
 ``llama-server`` that or ``json_object`` + ``schema``; llama-cpp-python's server only the
-latter; vLLM also ``guided_json``; Ollama's native API ``format``; some servers take nothing,
-and then the schema goes in the prompt. ``structured_output="auto"`` starts with OpenAI's form
-and, when a server refuses one, moves on along ``DIALECTS`` (see ``dialect_choice``).
+latter; vLLM also its own ``structured_outputs`` (older vLLM: ``guided_json``); Ollama's native
+API ``format``; some servers take nothing, and then the schema goes in the prompt. A server
+that does not know a field mostly ignores it with HTTP 200. ``structured_output="auto"``
+starts with OpenAI's form and moves on along ``DIALECTS`` when a server refuses one or its
+first answers show that it ignored one (see ``dialect_choice``).
 """
 
 from __future__ import annotations
@@ -78,8 +80,18 @@ class JsonObjectDialect(Dialect):
         body["response_format"] = {"type": "json_object", "schema": schema.schema}
 
 
+class StructuredOutputsDialect(Dialect):
+    """vLLM's own parameter today (0.10 on; ``guided_json`` before)."""
+
+    name = "structured_outputs"
+    fields = ("structured_outputs",)
+
+    def apply(self, body: dict[str, Any], schema: ResponseSchema) -> None:
+        body["structured_outputs"] = {"json": schema.schema}
+
+
 class GuidedJsonDialect(Dialect):
-    """vLLM's own extra parameter."""
+    """Older vLLM's parameter: vLLM 0.32 ignores it (HTTP 200, output not constrained)."""
 
     name = "guided_json"
     fields = ("guided_json",)
@@ -126,6 +138,7 @@ DIALECTS: dict[str, Dialect] = {
     for d in (
         JsonSchemaDialect(),
         JsonObjectDialect(),
+        StructuredOutputsDialect(),
         GuidedJsonDialect(),
         OllamaFormatDialect(),
         PromptDialect(),

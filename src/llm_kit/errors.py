@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+from types import ModuleType
 from typing import Any, Generic, Protocol, TypeVar
 
 
@@ -18,12 +20,38 @@ class MissingAPIKeyError(ConfigError):
     """No API key was given and the provider's environment variable is unset."""
 
 
+class MissingExtraError(ConfigError):
+    """A feature needs a package that an optional extra of the mmirage distribution installs
+    (``datasets``: the ``hf`` extra); the message names the extra and the command."""
+
+
+def require_extra(module: str, extra: str, feature: str) -> ModuleType:
+    """``module`` imported, or ``MissingExtraError`` saying which extra of the mmirage
+    distribution brings it (mmirage raises the same sentence as its own ``MissingExtra``).
+
+    The command names the checkout: ``pip install 'mmirage[...]'`` would fetch the namesake
+    project on PyPI.
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:  # the package, or one it needs (a partial install)
+        missing = exc.name or module.partition(".")[0]
+        raise MissingExtraError(
+            f"{feature} needs the `mmirage[{extra}]` extra (the {missing} package is not "
+            f"installed): run `pip install -e '.[{extra}]'` in the mmirage checkout"
+        ) from None
+
+
 class ItemError(LLMKitError, ValueError):
     """One item cannot be sent as it is (unreadable image, unsupported type, bad schema).
 
-    It is recorded as that item's error; the batch goes on. A ValueError, so that callers
-    that catch bad values (mmirage's batch processor) catch it too.
+    It is recorded as that item's error, of ``kind``; the batch goes on. A ValueError, so that
+    callers that catch bad values (mmirage's batch processor) catch it too.
     """
+
+    kind = "invalid_item"
+    retryable = False  # the item as it is fails the same way again
+    usage: Any = None  # the tokens paid for the item before it failed so (llm_kit.types.Usage)
 
 
 class ImageTypeError(ItemError):
@@ -65,6 +93,12 @@ class ProviderError(LLMKitError):
         self.budget_spent = budget_spent
 
 
+class KeyRefusedError(ProviderError):
+    """The endpoint refused the key: a 401/403, or a gateway's answer about its key in another
+    status (a LiteLLM proxy: HTTP 500 without a key, 400 "No connected db." with a wrong one).
+    Never retryable: no item can succeed, so a live run stops (``llm_kit.endpoint_hints``)."""
+
+
 class ConnectError(ProviderError):
     """No connection to the endpoint could be opened (refused, unknown host, connect timeout,
     TLS): the request never reached it. Retryable; ``where`` is the endpoint's URL (redacted).
@@ -73,6 +107,26 @@ class ConnectError(ProviderError):
     def __init__(self, message: str, *, where: str, kind: str = "connection_error") -> None:
         super().__init__(message, kind=kind, retryable=True)
         self.where = where
+
+
+class DialectIgnoredError(ItemError):
+    """The server answers a ``structured_output`` named by the caller with HTTP 200 but does
+    not follow it: the model's first answers all missed the schema. Each item ends with this
+    error, the later ones without being sent; retryable, since the item itself is fine once
+    the dialect is changed."""
+
+    kind = "structured_output_ignored"
+    retryable = True
+
+
+class NoBatchAPIError(ConfigError):
+    """The server has no batch API (a 404 on ``/files`` or ``/batches``, as vLLM, llama.cpp
+    and llama-cpp-python answer): nothing was created, and the requests must go live.
+    ``finding`` is what was found, for a caller that words the advice its own way."""
+
+    def __init__(self, finding: str) -> None:
+        super().__init__(f"{finding}: send the requests live instead")
+        self.finding = finding
 
 
 class ResponseValidationError(LLMKitError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -29,10 +29,22 @@ class ResponseSchema:
     name: str
     schema: dict[str, Any]
     strict_schema: dict[str, Any] | None
+    # The pydantic model it was made from (None for a plain dict): what answers validate against.
+    model: type[BaseModel] | None = field(default=None, compare=False, repr=False)
 
     @property
     def strict(self) -> bool:
         return self.strict_schema is not None
+
+    def fits(self, text: str | None) -> bool:
+        """Whether ``text`` is JSON that fits the schema (for a plain dict: JSON at all)."""
+        if self.model is None:
+            return reads_as_json(text)
+        try:
+            parse_response(text, self.model)
+        except ResponseValidationError:
+            return False
+        return True
 
 
 @lru_cache(maxsize=512)
@@ -47,7 +59,7 @@ def response_schema(model: type[BaseModel]) -> ResponseSchema:
         ) from None
     schema = _inline_refs(raw, raw.get("$defs", {}), ())
     schema.pop("$defs", None)
-    return schema_from_dict(model.__name__, schema)
+    return replace(schema_from_dict(model.__name__, schema), model=model)
 
 
 def schema_from_dict(name: str, schema: dict[str, Any]) -> ResponseSchema:
@@ -122,6 +134,15 @@ def parse_response(text: str | None, model: type[BaseModel]) -> BaseModel:
         raise ResponseValidationError(
             f"a validator of {model.__name__} raised {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def reads_as_json(text: str | None) -> bool:
+    """Whether an answer is JSON at all, whatever its shape (in a fence or not)."""
+    try:
+        _loads_lenient(_strip_fence(text or ""))
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _loads_lenient(text: str) -> Any:

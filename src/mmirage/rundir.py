@@ -38,7 +38,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mmirage.config.loading_params import HUB_OPTIONS
 from mmirage.config.reserved import ERRORS, RETRY, ROW_KEY, USAGE, VARS
+from mmirage.storage import is_url
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -107,11 +109,18 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _absolute(output_dir: str) -> str:
+    # A URL names the same place from any working directory already.
+    if is_url(output_dir):
+        return output_dir.rstrip("/")
+    return os.path.abspath(os.path.expanduser(output_dir))
+
+
 def pipeline_id(config: MMirageConfig) -> str:
     """A hash of the datasets' output dirs and ``num_shards``: two pipelines sharing a
     ``state_dir`` keep apart."""
     lp = config.loading_params
-    dirs = [os.path.abspath(os.path.expanduser(d.output_dir)) for d in lp.datasets]
+    dirs = [_absolute(d.output_dir) for d in lp.datasets]
     return f"pipeline-{_digest([dirs, lp.num_shards])}"
 
 
@@ -140,6 +149,8 @@ _OPERATIONAL = frozenset(
         "timeout_seconds",
         "metadata",
         "price_per_mtok",
+        "api_key_env",  # which variable holds the key: the same answers, and old fingerprints
+        "engine_python",  # which interpreter runs the same engine and model
     }
 )
 
@@ -149,6 +160,15 @@ def results_relevant(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: results_relevant(v) for k, v in value.items() if k not in _OPERATIONAL}
     return value
+
+
+def _dataset_identity(dataset: Any) -> dict[str, Any]:
+    """A dataset entry as fingerprinted: the hub options count only when set, so that a
+    config written before they existed keeps its fingerprint (and its published shards)."""
+    plain: dict[str, Any] = plain_config(dataset)
+    # storage_options only names where credentials are: the same rows, whatever they say.
+    plain.pop("storage_options", None)
+    return {k: v for k, v in plain.items() if k not in HUB_OPTIONS or v not in (None, False)}
 
 
 def fingerprint(config: MMirageConfig) -> str:
@@ -161,7 +181,7 @@ def fingerprint(config: MMirageConfig) -> str:
             "outputs": plain_config(pp.outputs),
             "output_schema": plain_config(pp.output_schema),
             "remove_columns": pp.remove_columns,
-            "datasets": plain_config(lp.datasets),
+            "datasets": [_dataset_identity(d) for d in lp.datasets],
             "num_shards": lp.num_shards,
             "processors": [results_relevant(plain_config(p)) for p in config.processors],
         }

@@ -9,6 +9,7 @@ from provider_emulator.config import (
     BATCH_OPTIONS,
     DIALECTS,
     INVALID_JSON,
+    KEY_REFUSALS,
     RESPONDERS,
     EmulatorConfig,
 )
@@ -50,7 +51,13 @@ def _parser() -> argparse.ArgumentParser:
         "--dialect",
         choices=DIALECTS,
         help="the OpenAI-compatible server whose structured-output forms /v1/chat/completions "
-        "takes (default openai); the others are refused as that server does",
+        "takes (default openai); the others are refused or ignored as that server does",
+    )
+    add(
+        "--model-dialect",
+        action="append",
+        metavar="MODEL=DIALECT",
+        help="this model's own dialect, as behind a gateway that routes per model (repeatable)",
     )
     add("--seed", type=int, help="seed of the fault and jitter draws")
     add("--workers", type=int, help="processes sharing the port (SO_REUSEPORT)")
@@ -71,6 +78,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="keep every live request for /_emulator/requests (tests)",
+    )
+    add("--api-key", help="the one key the OpenAI endpoint accepts (default: any non-empty key)")
+    add(
+        "--refuse-keys-as",
+        choices=KEY_REFUSALS,
+        help="how a missing or other key is refused: provider (OpenAI's 401, default) or "
+        "litellm (HTTP 500 in plain text without a key, 400 'No connected db.' with another)",
     )
     for option in BATCH_OPTIONS:
         flags = [option.flag] + ([option.alias] if option.alias else [])

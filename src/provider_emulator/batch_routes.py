@@ -15,6 +15,7 @@ from aiohttp import web
 from provider_emulator.anthropic.api import AnthropicFamily
 from provider_emulator.anthropic.batch import AnthropicBatches
 from provider_emulator.batch.http import guarded
+from provider_emulator.dialects import SERVER_DIALECTS
 from provider_emulator.family import Family, Handler
 from provider_emulator.gemini.api import GeminiFamily
 from provider_emulator.gemini.batch import GeminiBatches
@@ -44,6 +45,10 @@ def answered_late(family: Family, create: Handler) -> Handler:
     return wrapped
 
 
+async def _not_found(request: web.Request) -> web.StreamResponse:
+    return web.json_response({"detail": "Not Found"}, status=404)  # FastAPI's, as they answer
+
+
 def _either(openai: Handler | None, gemini: Handler | None) -> Handler:
     if openai is None or gemini is None:
         handler = openai or gemini
@@ -68,6 +73,8 @@ def add_routes(
     gemini_files, gemini_batches = GeminiFiles(gemini), GeminiBatches(gemini)
 
     def o(handler: Handler) -> Handler:
+        if not SERVER_DIALECTS[openai.state.config.dialect].batch_api:
+            return _not_found  # vLLM, llama.cpp, llama-cpp-python: no files, no batches
         return guarded(openai, handler)
 
     def g(handler: Handler) -> Handler:

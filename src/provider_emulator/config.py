@@ -10,11 +10,17 @@ RESPONDERS: tuple[ResponderName, ...] = ("echo", "local", "verbatim", "escapes")
 # When JSON answers miss the requested schema on purpose (responder.OffSchemaResponder).
 InvalidJson = Literal["never", "first", "always"]
 INVALID_JSON: tuple[InvalidJson, ...] = ("never", "first", "always")
+# How a missing or wrong key is refused (keys.py): as the provider does, or as a LiteLLM proxy.
+KeyRefusal = Literal["provider", "litellm"]
+KEY_REFUSALS: tuple[KeyRefusal, ...] = ("provider", "litellm")
 # OpenAI-compatible servers whose structured-output forms the OpenAI endpoint takes (dialects.py).
-DialectName = Literal["openai", "vllm", "llama_server", "llama_cpp_python", "ollama", "plain"]
+DialectName = Literal[
+    "openai", "vllm", "vllm_legacy", "llama_server", "llama_cpp_python", "ollama", "plain"
+]
 DIALECTS: tuple[DialectName, ...] = (
     "openai",
     "vllm",
+    "vllm_legacy",
     "llama_server",
     "llama_cpp_python",
     "ollama",
@@ -83,8 +89,11 @@ class EmulatorConfig:
     UTF-8, in turn; see ``damaged_downloads``).
 
     ``dialect`` makes the OpenAI endpoint take only the structured-output forms of one
-    OpenAI-compatible server (``openai``, ``vllm``, ``llama_server``, ``llama_cpp_python``,
-    ``ollama``, ``plain``: none) and refuse the others as that server does.
+    OpenAI-compatible server (``openai``, ``vllm``, ``vllm_legacy``, ``llama_server``,
+    ``llama_cpp_python``, ``ollama``, ``plain``: none) and refuse or ignore the others as that
+    server does (dialects.py); only ``openai`` serves the files and batches routes (the others
+    answer 404 there, as those servers do). ``model_dialects`` gives some models a dialect of
+    their own, as a gateway (LiteLLM) that routes each model to its own server.
 
     ``invalid_json`` makes JSON answers miss the requested schema (a JSON array instead of
     the object): ``always`` (an answer that never validates), ``first`` (only when the
@@ -92,6 +101,11 @@ class EmulatorConfig:
     ``never``. ``record_requests`` keeps every live request (its body, and the conversation
     as the responder saw it) for ``/_emulator/requests``: for tests that check what a client
     sent; off by default, since a benchmark sends millions.
+
+    ``api_key`` is the one key the OpenAI endpoint accepts (``None``: any non-empty one), as a
+    keyed server or gateway does; ``refuse_keys_as`` says how a missing or other key is
+    refused: ``provider`` (OpenAI's 401) or ``litellm`` (a LiteLLM proxy without a database:
+    HTTP 500 in plain text without a key, HTTP 400 "No connected db." with a wrong one).
     """
 
     latency_s: float = 0.0
@@ -113,8 +127,11 @@ class EmulatorConfig:
     batch_create_delay_s: float = 0.0
     batch_damaged_downloads: int = 0
     dialect: DialectName = "openai"
+    model_dialects: tuple[tuple[str, DialectName], ...] = ()
     invalid_json: InvalidJson = "never"
     record_requests: bool = False
+    api_key: str | None = None
+    refuse_keys_as: KeyRefusal = "provider"
 
     def __post_init__(self) -> None:
         if self.latency_s < 0 or self.latency_jitter_s < 0:
@@ -125,14 +142,19 @@ class EmulatorConfig:
                 raise ValueError(f"{name} must be at least 1 (or None for no limit)")
         if self.responder not in RESPONDERS:
             raise ValueError(f"responder must be one of {RESPONDERS}, got {self.responder!r}")
-        if self.dialect not in DIALECTS:
-            raise ValueError(f"dialect must be one of {DIALECTS}, got {self.dialect!r}")
+        for dialect in (self.dialect, *(d for _, d in self.model_dialects)):
+            if dialect not in DIALECTS:
+                raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
         if self.invalid_json not in INVALID_JSON:
             raise ValueError(
                 f"invalid_json must be one of {INVALID_JSON}, got {self.invalid_json!r}"
             )
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.refuse_keys_as not in KEY_REFUSALS:
+            raise ValueError(
+                f"refuse_keys_as must be one of {KEY_REFUSALS}, got {self.refuse_keys_as!r}"
+            )
         self._check_batch()
 
     def _check_batch(self) -> None:
@@ -171,6 +193,8 @@ class EmulatorConfig:
         }
         for flag in FAULT_OPTIONS:
             options.pop(flag, None)
+        if pairs := options.pop("model_dialect", None):  # MODEL=DIALECT, the last = splits
+            options["model_dialects"] = tuple(tuple(p.rsplit("=", 1)) for p in pairs)
         renames = {"latency": "latency_s", "latency_jitter": "latency_jitter_s"}
         kwargs = {renames.get(k, k): v for k, v in options.items() if v is not None}
         return cls(faults=Faults(**faults), **kwargs)
@@ -183,6 +207,7 @@ class EmulatorConfig:
             f"--responder={self.responder}",
             f"--workers={self.workers}",
             f"--dialect={self.dialect}",
+            *(f"--model-dialect={model}={dialect}" for model, dialect in self.model_dialects),
         ]
         for flag, value in (("rpm", self.rpm), ("tpm", self.tpm), ("seed", self.seed)):
             if value is not None:
@@ -195,6 +220,10 @@ class EmulatorConfig:
             argv.append(f"--invalid-json={self.invalid_json}")
         if self.record_requests:
             argv.append("--record-requests")
+        if self.api_key is not None:
+            argv.append(f"--api-key={self.api_key}")
+        if self.refuse_keys_as != "provider":
+            argv.append(f"--refuse-keys-as={self.refuse_keys_as}")
         for option in BATCH_OPTIONS:
             value = getattr(self, option.field)
             if value is not None:

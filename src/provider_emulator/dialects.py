@@ -1,11 +1,14 @@
 """``--dialect``: the structured-output forms an emulated OpenAI-compatible server takes.
 
-Real servers differ (see ``llm_kit.dialects``). Each emulated one takes its own forms and
-refuses the others as that server does: llama-cpp-python with HTTP 500 and a pydantic
-validation message naming ``response_format`` (its route handler turns every exception, a
-request that fails validation included, into a 500); the others with HTTP 400 naming the
-parameter. In every dialect the emulated model also follows a JSON Schema that ends a system
-message, as a client that can send no parameter at all asks.
+Real servers differ (see ``llm_kit.dialects``), and each emulated one behaves as the real one
+was measured to (docs/providers.md): it follows the forms it takes, refuses those its real
+counterpart refuses, as that server does (llama-cpp-python with HTTP 500 and a pydantic
+validation message naming ``response_format``: its route handler turns every exception into a
+500; OpenAI with HTTP 400 naming the parameter), and ignores every other form with HTTP 200,
+as vLLM, llama.cpp and llama-cpp-python do with a field they do not know: the answer is then
+unconstrained (the echo responder's plain text). In every dialect the emulated model also
+follows a JSON Schema that ends a system message, as a client that can send no parameter at
+all asks.
 """
 
 from __future__ import annotations
@@ -22,19 +25,37 @@ from provider_emulator.responder import Prompt
 
 @dataclass(frozen=True, slots=True)
 class ServerDialect:
-    accepts: frozenset[str]  # forms: json_schema, json_object, guided_json, format
+    takes: frozenset[str]  # forms followed: json_schema, json_object, structured_outputs, ...
+    refuses: frozenset[str] = frozenset()  # forms refused; any other is ignored with HTTP 200
     object_schema: bool = False  # json_object + "schema" constrains the answer to the schema
     validation_500: bool = False  # a refused form is a 500 with a pydantic message
+    batch_api: bool = False  # serves /v1/files and /v1/batches (only OpenAI of these)
 
 
+# The forms carried by a field of their own, not by response_format.
+_OWN_FIELD_FORMS = frozenset({"structured_outputs", "guided_json", "format"})
 SERVER_DIALECTS: dict[DialectName, ServerDialect] = {
-    "openai": ServerDialect(frozenset({"json_schema", "json_object"})),
-    "vllm": ServerDialect(frozenset({"json_schema", "json_object", "guided_json"})),
+    # OpenAI refuses a parameter it does not know (400 "Unrecognized request argument").
+    "openai": ServerDialect(
+        frozenset({"json_schema", "json_object"}), refuses=_OWN_FIELD_FORMS, batch_api=True
+    ),
+    # vLLM 0.10 on (0.32 measured): guided_json is gone, ignored with a 200.
+    "vllm": ServerDialect(frozenset({"json_schema", "json_object", "structured_outputs"})),
+    # vLLM before 0.10: guided_json, not yet structured_outputs.
+    "vllm_legacy": ServerDialect(frozenset({"json_schema", "json_object", "guided_json"})),
     "llama_server": ServerDialect(frozenset({"json_schema", "json_object"}), object_schema=True),
     "llama_cpp_python": ServerDialect(
-        frozenset({"json_object"}), object_schema=True, validation_500=True
+        frozenset({"json_object"}),
+        refuses=frozenset({"json_schema"}),
+        object_schema=True,
+        validation_500=True,
     ),
-    "ollama": ServerDialect(frozenset({"format"})),
+    # Not measured here: a strict server that refuses all but its own form with a 400.
+    "ollama": ServerDialect(
+        frozenset({"format"}),
+        refuses=frozenset({"json_schema", "json_object", "structured_outputs", "guided_json"}),
+    ),
+    # A server that knows no form: it ignores each with a 200, as real servers do.
     "plain": ServerDialect(frozenset()),
 }
 
@@ -49,8 +70,10 @@ def apply_structured(body: dict[str, Any], prompt: Prompt, dialect: DialectName)
     """Set ``prompt.schema`` / ``prompt.json_mode`` from the request, or refuse the request."""
     server = SERVER_DIALECTS[dialect]
     for form in _forms(body):
-        if form.name not in server.accepts:
+        if form.name in server.refuses:
             raise _refusal(dialect, server, form)
+        if form.name not in server.takes:
+            continue  # ignored with HTTP 200: the answer is not constrained
         if form.schema is None or (form.name == "json_object" and not server.object_schema):
             prompt.json_mode = True
         else:
@@ -76,9 +99,13 @@ def _forms(body: dict[str, Any]) -> list[Form]:
             forms.append(Form("json_schema", "response_format", schema))
         elif kind == "json_object":
             forms.append(Form("json_object", "response_format", _schema(spec.get("schema"))))
-    for name, field in (("guided_json", "guided_json"), ("format", "format")):
+    outputs = body.get("structured_outputs")
+    if outputs is not None:  # vLLM's: {"json": schema} (or a regex, a grammar: not emulated)
+        json_schema = outputs.get("json") if isinstance(outputs, dict) else None
+        forms.append(Form("structured_outputs", "structured_outputs", _schema(json_schema)))
+    for field in ("guided_json", "format"):
         if field in body:
-            forms.append(Form(name, field, _schema(body[field])))
+            forms.append(Form(field, field, _schema(body[field])))
     return forms
 
 
@@ -88,23 +115,18 @@ def _schema(value: Any) -> dict[str, Any] | None:
 
 def _refusal(dialect: str, server: ServerDialect, form: Form) -> RequestError:
     if server.validation_500:
-        # FastAPI's RequestValidationError as text, which llama-cpp-python sends as it is.
-        if form.field == "response_format":
-            error = (
-                f"{{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
-                f"'msg': \"Input should be 'text' or 'json_object'\", 'input': {form.name!r}, "
-                "'ctx': {'expected': \"'text' or 'json_object'\"}}"
-            )
-        else:
-            error = (
-                f"{{'type': 'extra_forbidden', 'loc': ('body', {form.field!r}), "
-                "'msg': 'Extra inputs are not permitted'}"
-            )
+        # FastAPI's RequestValidationError as text, which llama-cpp-python sends as it is (it
+        # refuses only a response_format type it does not know: other fields it ignores).
+        error = (
+            f"{{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+            f"'msg': \"Input should be 'text' or 'json_object'\", 'input': {form.name!r}, "
+            "'ctx': {'expected': \"'text' or 'json_object'\"}}"
+        )
         return RequestError(
             f"1 validation error:\n  {error}", status=500, kind="internal_server_error"
         )
     if form.field == "response_format":
-        taken = sorted(f for f in server.accepts if f in ("json_schema", "json_object"))
+        taken = sorted(f for f in server.takes if f in ("json_schema", "json_object"))
         return RequestError(
             f"Invalid value for 'response_format.type': the {dialect} server takes "
             f"{' or '.join(['text', *taken])}.",

@@ -25,7 +25,7 @@ _ECHO_CHARS = 200
 _CHARS_PER_TOKEN = 4  # the emulator's flat token estimate
 # What a model that ignores the schema says: JSON, but no object of any schema's fields.
 OFF_SCHEMA_TEXT = '["this answer does not follow the requested schema"]'
-_INSTALL_LOCAL = "pip install 'mmirage[local]'"
+_INSTALL_LOCAL = "pip install -e '.[local]' in the mmirage checkout"
 _ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")  # what the ``escapes`` responder decodes
 
 

@@ -67,7 +67,9 @@ class BatchAPI:
             )
         backend = self._get_backend()
         assert isinstance(backend, HttpBackend)
-        return cls(backend.codec, backend.transport, self.model)
+        batch_backend = cls(backend.codec, backend.transport, self.model)
+        batch_backend.key_names = backend.key_names  # a refusal of the key names them
+        return batch_backend
 
     def _limits(self, backend: BatchBackend) -> BatchLimits:
         max_requests = backend.limits.max_requests

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from llm_kit.errors import ConfigError
+from llm_kit.hosts import host_port
 from llm_kit.providers.batch_types import BatchCounts, JobState, ProviderBatch
 
 FORMAT = "llm_kit.batch_job"
@@ -198,5 +199,4 @@ def job_state(states: list[JobState]) -> JobState:
 def public_url(url: str) -> str:
     """The URL without credentials or query (a key can hide in either)."""
     parts = urlsplit(url)
-    host = parts.netloc.rsplit("@", 1)[-1]  # keeps [::1] brackets and the port
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return urlunsplit((parts.scheme, host_port(parts), parts.path, "", ""))

@@ -11,11 +11,12 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from email.utils import parsedate_to_datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import orjson
 
 from llm_kit.errors import ProviderError
+from llm_kit.hosts import server_name
 from llm_kit.ratelimit import budget_spent
 from llm_kit.redact import clip
 from llm_kit.schema import ResponseSchema
@@ -45,6 +46,15 @@ class Codec(ABC):
     # The provider's finish reasons that mean "stopped by the token limit": ``decode`` sets
     # ``Completion.cut`` from them (a JSON answer so cut is ``truncated``, never re-asked).
     cut_reasons: ClassVar[frozenset[str]] = frozenset()
+    # Who error texts say answered: the provider's name, or another server's host
+    # (``answering_at``).
+    speaker: str = ""
+
+    def answering_at(self, base_url: str | None) -> Self:
+        """This codec for requests to ``base_url``: its errors name that server's host when
+        it is not the provider's own (``127.0.0.1:8080 answered HTTP 500``)."""
+        self.speaker = server_name(self.name, self.default_base_url, base_url)
+        return self
 
     @abstractmethod
     def path(self, model: str) -> str:
@@ -88,7 +98,7 @@ class Codec(ABC):
         if kind == "insufficient_quota":
             retryable = False
         return ProviderError(
-            f"{self.name} answered HTTP {status}: {message}",
+            f"{self.speaker or self.name} answered HTTP {status}: {message}",
             status=status,
             kind=kind,
             retryable=retryable,

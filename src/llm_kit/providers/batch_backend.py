@@ -13,7 +13,8 @@ from typing import Any
 import orjson
 
 from llm_kit import provider_json
-from llm_kit.errors import ConfigError, ProviderError
+from llm_kit.endpoint_hints import explained
+from llm_kit.errors import ConfigError, NoBatchAPIError, ProviderError
 from llm_kit.providers.base import Codec, Completion
 from llm_kit.providers.batch_types import BatchCounts, JobState, ProviderBatch
 from llm_kit.redact import redact, redact_text
@@ -95,6 +96,8 @@ class BatchBackend(ABC):
     # Seconds allowed for the big transfers (upload, creation with inline requests, result
     # download); the transport's own timeout covers the small calls.
     transfer_timeout: float = 3600.0
+    # The variables the key was read from: a refusal of the key names them (none: "the API key").
+    key_names: tuple[str, ...] = ()
 
     def __init__(self, codec: Codec, http: HttpTransport, model: str) -> None:
         self.codec = codec
@@ -159,28 +162,48 @@ class BatchBackend(ABC):
         """The tag a listed batch carries (None where the provider has no place for one)."""
         return None
 
+    @property
+    def speaker(self) -> str:
+        """Who answers: the provider at its own address, else the host of the base URL (a
+        gateway, a local server), as the live path's errors say."""
+        return self.codec.speaker or self.codec.name
+
+    def _failed(self, failed: ProviderError, path: str) -> ProviderError:
+        """``failed`` as the live path words it: a refusal of the key (a gateway's 400 or 500
+        included) names the variable and the host, and is never retried."""
+        keyed = bool(self.http.secrets)
+        return explained(failed, self.key_names, self.http.base_url, path, key_sent=keyed)
+
     # -- shared helpers ------------------------------------------------------------------
 
     async def call(
-        self, method: str, path: str, *, what: str, **kwargs: Any
+        self, method: str, path: str, *, what: str, names_a_route: bool = False, **kwargs: Any
     ) -> tuple[Mapping[str, str], Any]:
         """A JSON call; an error answer becomes a ProviderError naming what was attempted.
-        The answer comes back redacted: a provider's answer is never trusted to hold no key."""
+        The answer comes back redacted: a provider's answer is never trusted to hold no key.
+        ``names_a_route``: ``path`` names no resource, so a 404 says the route is missing
+        (NoBatchAPIError), not that something of the account is."""
         status, headers, body = await self.http.request(method, path, **kwargs)
+        if status == 404 and names_a_route:
+            where = redact_text(self.http.base_url, self.http.secrets)
+            raise NoBatchAPIError(
+                f"the server at {where} has no batch API ({method} {path} answered HTTP 404)"
+            )
         if status == 404:
             raise ConfigError(
-                f"{self.name} does not know {what} (HTTP 404): check that it belongs to this "
+                f"{self.speaker} does not know {what} (HTTP 404): check that it belongs to this "
                 "account (API key) and base URL"
             )
         if status >= 400:
             error = self.codec.error(status, headers, body)
-            raise ProviderError(
+            failed = ProviderError(
                 f"{what} failed: {error}",
                 status=status,
                 kind=error.kind,
                 retryable=error.retryable,
                 retry_after=error.retry_after,
             )
+            raise self._failed(failed, path)
         # Redacted as decoded: a failed batch's errors, say, may quote the key, escaped.
         return headers, redact(provider_json.loads(body), self.http.secrets) if body else None
 
@@ -189,9 +212,17 @@ class BatchBackend(ABC):
         with open(target, "wb") as f:
             status, body = await self.http.download(path, f, timeout=self.transfer_timeout)
         if status == 404:
-            raise ConfigError(f"{self.name} does not know {what} (HTTP 404)")
+            raise ConfigError(f"{self.speaker} does not know {what} (HTTP 404)")
         if status >= 400:
-            raise ProviderError(f"downloading {what} failed: {self.codec.error(status, {}, body)}")
+            error = self.codec.error(status, {}, body)
+            failed = ProviderError(
+                f"downloading {what} failed: {error}",
+                status=status,
+                kind=error.kind,
+                retryable=error.retryable,
+                retry_after=error.retry_after,
+            )
+            raise self._failed(failed, path)
         return _lines(target)
 
 

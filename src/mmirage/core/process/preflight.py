@@ -11,12 +11,14 @@ from mmirage.config.models import MMirageConfig
 
 def _llm_key(config: Any) -> None:
     from llm_kit.client import require_key
-    from mmirage.core.process.llm_processor import resolve_message_format
+    from mmirage.core.process.llm_processor import check_named_key, resolve_message_format
     from mmirage.core.process.server_launcher import wants_server
 
     message_format = resolve_message_format(config)
+    check_named_key(config)
     # A base_url (or a server launched for the shard) may need no key: LLM decides then.
-    if message_format != "local" and not config.base_url and not wants_server(config):
+    named = config.api_key_env is not None  # checked above, instead of the provider's
+    if message_format != "local" and not (config.base_url or named or wants_server(config)):
         require_key(message_format)
 
 

@@ -4,9 +4,9 @@ but no ``base_url``, and stop it when the processor closes.
 Why a server and not an in-process ``sgl.Engine``: llm_kit already speaks to any
 OpenAI-compatible endpoint, so a launched server gets the same pipeline (rate limits, retries,
 one error per failed row) as a hosted API, and a server in its own process group can be stopped
-whole, GPU workers included. The engine is SGLang when it is installed, else vLLM;
-``MMIRAGE_LLM_SERVER=sglang|vllm`` forces one. ``MMIRAGE_LLM_SERVER_TIMEOUT`` (seconds, default
-600) bounds the wait for ``GET /v1/models`` to answer 200.
+whole, GPU workers included. Which engine, in which interpreter: ``engine_location``.
+``MMIRAGE_LLM_SERVER_TIMEOUT`` (seconds, default 600) bounds the wait for ``GET /v1/models`` to
+answer 200.
 
 A GPU server must never outlive its shard: it is stopped on ``stop()`` (SIGTERM to its group,
 SIGKILL after a grace period), at interpreter exit, and, when the shard is killed outright, by
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import json
 import logging
 import os
@@ -36,13 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.config.errors import ConfigError
+from mmirage.core.process.engine_location import ENGINE_ENV, ENGINES, find_engine, load_hint
 
 if TYPE_CHECKING:
     from mmirage.config.processors import LLMProcessorConfig, ServerArgs
 
 log = logging.getLogger(__name__)
 
-ENGINE_ENV = "MMIRAGE_LLM_SERVER"
 TIMEOUT_ENV = "MMIRAGE_LLM_SERVER_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0  # a large model's first load (weights from disk, CUDA graphs) is slow
 STOP_GRACE_S = 15.0  # SIGTERM lets the engine free the GPU cleanly; past this, SIGKILL
@@ -52,7 +51,6 @@ _HOST = "127.0.0.1"  # never reachable from another machine
 
 _SGLANG_MODULE = "sglang.launch_server"
 _VLLM_MODULE = "vllm.entrypoints.openai.api_server"
-ENGINES = {"sglang": "SGLang", "vllm": "vLLM"}  # in order of preference; names for messages
 # ServerArgs and extra_engine_args use SGLang's names (existing configs name sgl.Engine's args);
 # vLLM gets the ones it has an equivalent for, under its own flag. The rest are logged ignored.
 _VLLM_FLAGS = {
@@ -75,8 +73,9 @@ _VLLM_FLAGS = {
 # Set by the launcher itself: a value for these in extra_engine_args would break the wiring.
 _OWNED = {"model_path", "model", "host", "port", "api_key", "served_model_name"}
 
-# Runs first in the server's process: die with the shard (even by SIGKILL), then exec the engine
-# (-P both times: the working directory is not importable).
+# Runs first in the server's process: die with the shard (even by SIGKILL), then exec the engine's
+# interpreter (argv[2], maybe another venv's). The working directory is not importable: -P here,
+# PYTHONSAFEPATH for the engine (an older interpreter ignores the variable; it refuses -P).
 _TRAMPOLINE = """\
 import ctypes, os, signal, sys
 try:
@@ -85,7 +84,7 @@ except (OSError, AttributeError):
     pass  # not Linux: stop() and atexit still stop the server
 if os.getppid() != int(sys.argv[1]):  # the shard died before prctl took effect
     sys.exit(1)
-os.execv(sys.executable, [sys.executable, "-P", *sys.argv[2:]])
+os.execve(sys.argv[2], sys.argv[2:], {**os.environ, "PYTHONSAFEPATH": "1"})
 """
 
 
@@ -96,38 +95,6 @@ def wants_server(config: LLMProcessorConfig) -> bool:
         not config.base_url
         and not config.message_format
         and config.server_args.model_path not in ("", "none")
-    )
-
-
-def pick_engine(source: str, model_path: str) -> str:
-    """``sglang`` or ``vllm``: forced by ``MMIRAGE_LLM_SERVER``, else the installed one (SGLang
-    first: the original's engine, so its server_args mean exactly what they meant there)."""
-    forced = os.environ.get(ENGINE_ENV, "").strip().lower()
-    if forced:
-        if forced not in ENGINES:
-            raise ConfigError(
-                source,
-                "server_args.model_path",
-                f"{ENGINE_ENV}={forced!r} names no server engine; use sglang or vllm, or unset it",
-            )
-        if importlib.util.find_spec(forced) is None:
-            raise ConfigError(
-                source,
-                "server_args.model_path",
-                f"{ENGINE_ENV}={forced} but {ENGINES[forced]} is not installed here; install "
-                f"it (pip install {forced}) or unset {ENGINE_ENV}",
-            )
-        return forced
-    for engine in ENGINES:
-        if importlib.util.find_spec(engine) is not None:
-            return engine
-    raise ConfigError(
-        source,
-        "server_args.model_path",
-        f"model_path {model_path!r} needs a GPU server (SGLang or vLLM), which is not installed "
-        "here; install sglang or vllm on a GPU machine to have one started for each shard, set "
-        "base_url to an OpenAI-compatible server, or use message_format: local for the "
-        "embedded CPU model",
     )
 
 
@@ -146,7 +113,8 @@ def server_command(
         ("--model-path", _SGLANG_MODULE) if engine == "sglang" else ("--model", _VLLM_MODULE)
     )
     argv = ["-m", module, model_flag, server_args.model_path, "--host", _HOST, "--port", str(port)]
-    argv += ["--served-model-name", served_name, "--api-key", api_key]
+    # One word: a key may start with "-", which argparse would take for an option.
+    argv += ["--served-model-name", served_name, f"--api-key={api_key}"]
     ignored: list[str] = []
     for name, value in values.items():
         if name in _OWNED:
@@ -210,6 +178,7 @@ class LaunchedServer:
     log_path: Path
     process: subprocess.Popen[bytes]
     command: str = ""  # for messages; the API key masked
+    hint: str = ""  # why this engine may die at start with this model, said if it does
     _stopped: bool = field(default=False, repr=False)
 
     @property
@@ -226,7 +195,8 @@ class LaunchedServer:
         while True:
             code = self.process.poll()
             if code is not None:
-                raise self._error(f"exited with code {code} before it was ready")
+                hint = f" ({self.hint})" if self.hint else ""
+                raise self._error(f"exited with code {code} before it was ready{hint}")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._error(
@@ -305,30 +275,30 @@ def launch_server(config: LLMProcessorConfig, log_dir: Path | None = None) -> La
     server's output goes to a log file under ``log_dir`` (else a temp dir) named in every
     error. Raises ``ConfigError`` (nothing installed, exited at start, not ready in time)."""
     source = f"processor '{config.name or config.type}'"
-    engine = pick_engine(source, config.server_args.model_path)
+    location = find_engine(source, config.server_args)
+    engine = location.engine
     timeout_s = _timeout_s(source)
     port, api_key = _free_port(), secrets.token_urlsafe(24)
     argv, ignored = server_command(
         engine, config.server_args, port=port, served_name=config.model_name, api_key=api_key
     )
     if ignored:
-        log.warning(
-            "%s: %s does not take server_args %s; ignored", source, ENGINES[engine], ignored
-        )
-    shown = " ".join(["python", *argv]).replace(api_key, "***")
+        log.warning("%s: %s does not take server_args %s; ignored", source, location.name, ignored)
+    shown = " ".join([location.shown, *argv]).replace(api_key, "***")
     log_path, log_file = _log_file(log_dir, config.name or config.type)
     with log_file:
         log_file.write(f"$ {shown}\n".encode())
         log_file.flush()
         process = subprocess.Popen(
-            [sys.executable, "-P", "-c", _TRAMPOLINE, str(os.getpid()), *argv],
+            [sys.executable, "-P", "-c", _TRAMPOLINE, str(os.getpid()), location.python, *argv],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group: stop() reaches the engine's workers too
         )
+    hint = load_hint(engine, config.server_args.model_path)
     server = LaunchedServer(
-        engine, source, port, config.model_name, api_key, log_path, process, shown
+        engine, source, port, config.model_name, api_key, log_path, process, shown, hint
     )
     atexit.register(server.stop)
     log.info("%s: starting %s on port %d (log: %s): %s", source, engine, port, log_path, shown)
@@ -347,7 +317,6 @@ __all__ = [
     "TIMEOUT_ENV",
     "LaunchedServer",
     "launch_server",
-    "pick_engine",
     "server_command",
     "wants_server",
 ]

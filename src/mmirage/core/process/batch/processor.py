@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from llm_kit.errors import ImageTypeError
+from llm_kit.errors import ImageTypeError, NoBatchAPIError
 from mmirage.core.process.base import OutputRequest, OutputResult, Processor, RunContext
 from mmirage.core.process.batch.adapter import BatchSubmissionAdapter
 from mmirage.core.process.batch.cost import PriceBook, estimate_request_tokens, schema_tokens
@@ -60,6 +60,7 @@ from mmirage.core.process.batch.registry import BatchAdapterRegistry
 from mmirage.core.process.batch.spool import ChunkSpool, SpooledChunk, read_lines
 from mmirage.core.process.batch.versions import SubmittedVersions
 from mmirage.core.render.renderer import make_placeholder
+from mmirage.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -368,6 +369,11 @@ class BatchApiProcessor(Processor):
         return self._versions.of_chunk(chunk, lines)
 
     def _raise_if_failed(self) -> None:
+        if isinstance(self._failure, NoBatchAPIError):  # nothing created: a rerun cannot help
+            raise UserError(
+                f"{self._failure.finding}: use an llm processor (type: llm) in place of "
+                "batch_api for this server"
+            ) from None
         if self._failure is not None:
             exc = self._failure
             if isinstance(exc, OSError) and exc.filename is not None:

@@ -12,6 +12,7 @@ into result rows.
 from __future__ import annotations
 
 import asyncio
+import copy
 import tempfile
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import asdict
@@ -274,11 +275,14 @@ class LlmKitBatchAdapter(BatchSubmissionAdapter, Generic[C]):
             request_timeout=limits.request_timeout,
             connect_timeout=min(limits.connect_timeout, limits.request_timeout),
         )
+        # Its own codec: its errors name the server at base_url when it is not the provider's.
+        codec = copy.copy(self.codec).answering_at(transport.base_url)
         if config is None:
-            return self.backend_cls(self.codec, transport, "")
+            return self.backend_cls(codec, transport, "")
         backend = self.backend_cls(
-            self.codec, transport, config.model, **self.backend_options(config, chunk_id)
+            codec, transport, config.model, **self.backend_options(config, chunk_id)
         )
+        backend.key_names = (credential_env_var(config.provider, "api_key"),)  # where it came from
         if timeout:
             backend.transfer_timeout = timeout
         return backend
