@@ -50,6 +50,7 @@ def blocks() -> list[Block]:
     from mmirage.config.batch_provider import BatchProviderConfig
     from mmirage.config.execution import ExecutionParams
     from mmirage.config.loading_params import DatasetConfig, LoadingParams
+    from mmirage.config.ray_settings import RayParams
 
     providers = [
         Block(
@@ -93,6 +94,7 @@ def blocks() -> list[Block]:
         Block("`outputs[]`: `type: custom`", pp.CustomOutput, level=3),
         Block("`outputs[]`: `type: image_gen`", pp.ImageGenOutput, level=3),
         Block("`execution_params`", ExecutionParams, level=2),
+        Block("`ray`", RayParams, "Inside `execution_params` (`mode: ray`).", 3),
     ]
 
 

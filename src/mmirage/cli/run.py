@@ -8,7 +8,8 @@ missing API key). Heavy modules are imported inside the commands so ``mmirage --
 fast.
 
 With ``execution_params.local_parallel_shards`` above 1, the shards run that many at a time as
-child processes (``mmirage.executors.parallel``); in slurm mode as SLURM array tasks.
+child processes (``mmirage.executors.parallel``); in slurm mode as SLURM array tasks; in ray
+mode as Ray tasks (``mmirage.executors.ray_run``).
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def run(
     execution_params.local_parallel_shards at a time. An interrupted shard resumes at its last
     checkpoint. With execution_params.retry (or --force-retry) a failed shard is retried up to
     max_retries times. In mode: slurm the unfinished shards are submitted and the job id is
-    printed alone on stdout; --wait (or retry/merge: true) follows the array to its end.
+    printed alone on stdout; --wait (or retry/merge: true) follows the array to its end. In
+    mode: ray each shard runs as a task on the Ray cluster, and the command waits for them all.
 
     CONFIG is the pipeline's YAML file (or give it as --config CONFIG).
     """

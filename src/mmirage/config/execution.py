@@ -1,4 +1,5 @@
-"""``execution_params``: local or SLURM, retry and merge policy, SLURM job settings."""
+"""``execution_params``: local, SLURM or Ray, retry and merge policy, SLURM job and Ray task
+settings."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from mmirage.config.fields import (
     PositiveFloat,
     PositiveInt,
 )
+from mmirage.config.ray_settings import RayParams
 
 # SLURM --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 _SLURM_TIME = re.compile(r"^(\d+-\d+(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")
@@ -41,12 +43,14 @@ _SCRIPT_FIELDS = (
 
 @dataclass
 class ExecutionParams:
-    """``execution_params``: where the shards run (here or as a SLURM array), how failed shards
-    are retried, whether the results are merged, and the SLURM job's settings."""
+    """``execution_params``: where the shards run (here, as a SLURM array or as Ray tasks), how
+    failed shards are retried, whether the results are merged, and the SLURM job's and the Ray
+    tasks' settings."""
 
-    mode: Literal["local", "slurm"] = "local"
+    mode: Literal["local", "slurm", "ray"] = "local"
     """`local`: `mmirage run` runs the shards on this machine; `slurm`: it submits them as one
-    SLURM array (one task per shard) and prints the job id."""
+    SLURM array (one task per shard) and prints the job id; `ray`: it runs each shard as a task
+    on a Ray cluster (`ray`) and waits for them all."""
     retry: bool = False
     """Retry a failed shard up to `max_retries` times within `mmirage run` (in slurm mode:
     follow the array and resubmit failed shards)."""
@@ -122,6 +126,8 @@ class ExecutionParams:
     local_parallel_shards: PositiveInt = 1
     """Local mode: how many shards `mmirage run` runs at once, each in its own process; 1 runs
     them one after another."""
+    ray: RayParams = field(default_factory=RayParams)
+    """Ray mode: the cluster and what each shard's task reserves on it."""
     progress_interval_seconds: PositiveFloat = 30
     """When stderr is not a terminal (a SLURM task's log, `nohup`, `> log 2>&1`): seconds
     between two progress lines (rows done/total, rows/s, ETA, failed, retried, rate-limited,

@@ -38,13 +38,15 @@ def check_before_run(cfg: MMirageConfig, run_dir: RunDir) -> None:
 
 def check_dirs(cfg: MMirageConfig, run_dir: RunDir) -> None:
     """The state, output and receipt folders, writable (``UserError`` otherwise)."""
+    from mmirage.core.shard.remote_output import output_folder
     from mmirage.core.shard.state import ensure_writable_dir
 
     lp = cfg.loading_params
     ensure_writable_dir(run_dir.state, "loading_params.state_dir")
     for index, ds in enumerate(lp.datasets):
         where = f"loading_params.datasets[{index}].output_dir"
-        ensure_writable_dir(Path(os.path.expanduser(ds.output_dir)) / ".parts", where)
+        # On object storage: the part files live in the URL's mirror under state_dir.
+        ensure_writable_dir(output_folder(lp, ds) / ".parts", where)
     if cfg.uses_batch_api:
         # Receipts are written after the provider accepted a batch: their folder must be
         # usable before anything is sent.

@@ -7,12 +7,17 @@ from typing import TYPE_CHECKING
 
 from mmirage.executors.base import Executor
 from mmirage.executors.local import LocalExecutor
+from mmirage.executors.ray_run import RayExecutor
 from mmirage.executors.slurm_run import SlurmExecutor
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
 
-EXECUTORS: dict[str, type[Executor]] = {"local": LocalExecutor, "slurm": SlurmExecutor}
+EXECUTORS: dict[str, type[Executor]] = {
+    "local": LocalExecutor,
+    "slurm": SlurmExecutor,
+    "ray": RayExecutor,  # imports Ray only when it runs (the ray extra)
+}
 HERE = "local"  # a shard named on the command line (a SLURM task, a child shard) runs here
 
 

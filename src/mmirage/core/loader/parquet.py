@@ -6,10 +6,11 @@ means every ``*.parquet`` file in it, in name order, as one sequence of row ids.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from mmirage.core.loader.base import BadRowSink, OnBadRow, Row, RowReader, check_bounds
+from mmirage.core.loader.base import BadRowSink, OnBadRow, Opener, Row, RowReader, check_bounds
 
 DEFAULT_BATCH_SIZE = 1024
 
@@ -18,10 +19,16 @@ class ParquetReader(RowReader):
     """Parquet files read as one sequence (row ids continue from one file to the next)."""
 
     def __init__(
-        self, files: list[str], file_rows: list[int], *, batch_size: int = DEFAULT_BATCH_SIZE
+        self,
+        files: list[str],
+        file_rows: list[int],
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        opener: Opener | None = None,
     ) -> None:
         super().__init__(None)
         self.files = files
+        self._open = opener  # None: pyarrow opens (and memory-maps) local files itself
         self._file_rows = file_rows
         self._batch_size = batch_size
 
@@ -51,7 +58,7 @@ class ParquetReader(RowReader):
     def _iter_file(self, path: str, lo: int, hi: int, base: int) -> Iterator[Row]:
         import pyarrow.parquet as pq
 
-        with pq.ParquetFile(path) as pf:
+        with _source(path, self._open) as source, pq.ParquetFile(source) as pf:
             groups, row = _overlapping_row_groups(pf.metadata, lo, hi)
             for batch in pf.iter_batches(batch_size=self._batch_size, row_groups=groups):
                 a, b = max(lo - row, 0), min(hi - row, batch.num_rows)
@@ -78,8 +85,22 @@ def _overlapping_row_groups(metadata: Any, lo: int, hi: int) -> tuple[list[int],
     return groups, first
 
 
-def read_footers(files: list[str]) -> list[int]:
+def read_footers(files: list[str], opener: Opener | None = None) -> list[int]:
     """Row count of each file from its footer; raises ``ValueError``/``OSError`` for a bad file."""
     import pyarrow.parquet as pq
 
-    return [pq.read_metadata(path).num_rows for path in files]
+    counts = []
+    for path in files:
+        with _source(path, opener) as source:
+            counts.append(pq.read_metadata(source).num_rows)
+    return counts
+
+
+@contextlib.contextmanager
+def _source(path: str, opener: Opener | None) -> Iterator[Any]:
+    """What pyarrow reads: the path itself, or a file the opener opened (closed after)."""
+    if opener is None:
+        yield path
+        return
+    with opener(path) as f:
+        yield f

@@ -16,8 +16,8 @@ from mmirage.core.merge.shards import config_shards
 from mmirage.core.process.batch.cost import PriceBook
 from mmirage.core.process.batch.errors import CollectorError
 from mmirage.core.process.batch.results_store import ResultsStore
-from mmirage.core.shard.output import ShardOutput
 from mmirage.core.shard.published import is_current, shard_damage
+from mmirage.core.shard.remote_output import shard_output
 from mmirage.core.writer.formats import FormatError, write_dataset
 from mmirage.rundir import RunDir
 
@@ -34,14 +34,16 @@ def published_shards(config: MMirageConfig, run_dir: RunDir) -> list[Any]:
     fp = run_dir.fingerprint
     ordered: list[Any] = []
     for ds in lp.datasets:
-        shards, missing = config_shards(ds.output_dir, lp.num_shards, lp.output_format)
+        shards, missing = config_shards(lp, ds)
         if missing:
             raise CollectorError(
                 f"{ds.output_dir}: shard(s) {', '.join(map(str, missing))} of "
                 f"{lp.num_shards} are not published yet; finish them with 'mmirage run CONFIG' "
                 "and merge again"
             )
-        stale = [str(s.shard_id) for s in shards if not _current(ds.output_dir, s.shard_id, lp, fp)]
+        stale = [
+            str(s.shard_id) for s in shards if not is_current(shard_output(lp, ds, s.shard_id), fp)
+        ]
         if stale:
             raise CollectorError(
                 f"{ds.output_dir}: shard(s) {', '.join(stale)} of {lp.num_shards} were computed "
@@ -54,10 +56,6 @@ def published_shards(config: MMirageConfig, run_dir: RunDir) -> list[Any]:
         if (damage := shard_damage(config, shard_id, full=True)) is not None:
             raise CollectorError(damage)
     return ordered
-
-
-def _current(output_dir: str, shard_id: int, lp: Any, fp: str) -> bool:
-    return is_current(ShardOutput(output_dir, shard_id, lp.num_shards, lp.output_format), fp)
 
 
 def merged_rows(

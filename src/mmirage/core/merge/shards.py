@@ -19,8 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmirage.core.shard.output import ShardOutput
 from mmirage.core.shard.published import is_current, outdated_hint, repair_hint
+from mmirage.core.shard.remote_output import output_folder, shard_output, upload_merged
 from mmirage.core.shard.state import SUCCESS, read_status, shard_state
 from mmirage.core.writer.formats import (
     Format,
@@ -32,8 +32,10 @@ from mmirage.core.writer.formats import (
 )
 from mmirage.errors import UserError, WorkFailed
 from mmirage.rundir import ERRORS, USAGE, RunDir
+from mmirage.storage import is_url
 
 if TYPE_CHECKING:
+    from mmirage.config.loading_params import DatasetConfig, LoadingParams
     from mmirage.config.models import MMirageConfig
 
 _FILE = re.compile(r"^shard-(\d+)-of-(\d+)\.(jsonl|parquet)$")
@@ -94,15 +96,13 @@ class MergeResult:
                 self.output_tokens += int(usage.get("output_tokens") or 0)
 
 
-def config_shards(
-    output_dir: str, num_shards: int, output_format: Format = "hf"
-) -> tuple[list[ShardFile], list[int]]:
+def config_shards(lp: LoadingParams, dataset: DatasetConfig) -> tuple[list[ShardFile], list[int]]:
     """The published shards of one dataset of the config (in ``output_format`` when a shard
-    exists in several), and the missing shard ids."""
+    exists in several; from object storage, downloaded), and the missing shard ids."""
     found: list[ShardFile] = []
     missing: list[int] = []
-    for k in range(num_shards):
-        path = ShardOutput(output_dir, k, num_shards, output_format).find_published()
+    for k in range(lp.num_shards):
+        path = shard_output(lp, dataset, k).local_copy()
         if path is None:
             missing.append(k)
         else:
@@ -184,10 +184,12 @@ def _output_bases(config: MMirageConfig, output_root: Path | None) -> list[tuple
     ``<root>/<basename(output_dir)>`` (``_<i>`` added on a clash, ``dataset_<i>`` if empty)."""
     bases: list[tuple[str, Path]] = []
     used: set[str] = set()
-    for i, ds in enumerate(config.loading_params.datasets):
+    lp = config.loading_params
+    for i, ds in enumerate(lp.datasets):
         out = Path(os.path.expanduser(ds.output_dir))
         if output_root is None:
-            bases.append((str(out), out / "merged"))
+            # On object storage: merged beside the mirror's part files, then uploaded.
+            bases.append((ds.output_dir, output_folder(lp, ds) / "merged"))
             continue
         name = out.name or f"dataset_{i}"
         if name in used:
@@ -211,9 +213,9 @@ def merge_config(
     n = lp.num_shards
     plans = []
     for ds, (name, base) in zip(lp.datasets, _output_bases(config, output_root), strict=True):
-        shards, missing = config_shards(ds.output_dir, n, lp.output_format)
+        shards, missing = config_shards(lp, ds)
         for shard in shards:  # merge reads every file anyway: the checksum costs one pass
-            out = ShardOutput(ds.output_dir, shard.shard_id, n, lp.output_format)
+            out = shard_output(lp, ds, shard.shard_id)
             if (damage := out.damage(full=True)) is not None:
                 raise MergeError(f"{damage}; {repair_hint(shard.shard_id)}")
             if not is_current(out, run_dir.fingerprint):
@@ -223,8 +225,14 @@ def merge_config(
             raise IncompleteShardsError(
                 name, missing, n, "run them with 'mmirage run CONFIG' (or --shard-id K)"
             )
-        plans.append((name, shards, base, missing))
-    return [merge_shards(name, s, base, fmt, missing) for name, s, base, missing in plans]
+        plans.append((ds, name, shards, base, missing))
+    results = []
+    for ds, name, s, base, missing in plans:
+        result = merge_shards(name, s, base, fmt, missing)
+        if output_root is None and is_url(ds.output_dir):
+            result.output = upload_merged(ds, Path(result.output))
+        results.append(result)
+    return results
 
 
 def merge_dir(
@@ -313,7 +321,7 @@ def stats_report(config: MMirageConfig, run_dir: RunDir) -> dict[str, Any]:
         entry["state"] = shard_state(status, config.execution_params.max_retries)
         published = []
         for ds in lp.datasets:
-            ckpt = ShardOutput(ds.output_dir, k, n, lp.output_format).finished()
+            ckpt = shard_output(lp, ds, k).finished()
             published.append(
                 {"output_dir": ds.output_dir, **(asdict(ckpt) if ckpt else {"complete": False})}
             )

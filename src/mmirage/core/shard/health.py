@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mmirage.core.shard.output import ShardOutput
 from mmirage.core.shard.published import DAMAGED, OUTDATED, is_current, outdated_hint, shard_damage
+from mmirage.core.shard.remote_output import shard_output
 from mmirage.core.shard.state import SUCCESS, read_status, shard_state
 from mmirage.rundir import RunDir
 
@@ -48,7 +48,7 @@ def shard_health(
         return health
     lp = config.loading_params
     outputs = [
-        ShardOutput(ds.output_dir, shard_id, lp.num_shards, lp.output_format) for ds in lp.datasets
+        shard_output(lp, ds, shard_id) for ds in lp.datasets
     ]
     if not all(is_current(out, run_dir.fingerprint) for out in outputs):
         health.state = OUTDATED

@@ -161,6 +161,11 @@ class ShardOutput:
                 return path
         return None
 
+    def local_copy(self) -> Path | None:
+        """The published shard as a local file or folder to read (``find_published``); an
+        object-storage output downloads it first (``remote_output``)."""
+        return self.find_published()
+
     @property
     def recompute_marker(self) -> Path:
         return self.part.with_suffix(".recompute")

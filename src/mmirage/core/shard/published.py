@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from mmirage.core.loader import DatasetShard
 from mmirage.core.shard.output import ShardCheckpoint, ShardOutput
 from mmirage.core.shard.recovery import locator
+from mmirage.core.shard.remote_output import shard_output
 from mmirage.core.shard.state import ShardConflictError
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def shard_damage(config: MMirageConfig, shard_id: int, *, full: bool = False) ->
     do), or ``None``. ``full`` also compares checksums (a whole read of each file)."""
     lp = config.loading_params
     for ds in lp.datasets:
-        out = ShardOutput(ds.output_dir, shard_id, lp.num_shards, lp.output_format)
+        out = shard_output(lp, ds, shard_id)
         problem = out.damage(full=full)
         if problem is not None:
             return f"{problem}; {repair_hint(shard_id)}"

@@ -48,6 +48,7 @@ from mmirage.core.shard.live_counters import RequestCounter
 from mmirage.core.shard.output import ShardOutput
 from mmirage.core.shard.published import verified_finished
 from mmirage.core.shard.reading import source_offsets
+from mmirage.core.shard.remote_output import shard_output
 from mmirage.core.shard.report import ShardReport
 from mmirage.core.shard.row_retry import retry_failed_rows
 from mmirage.core.shard.rows import RowWorker, processor_key
@@ -198,7 +199,7 @@ async def _arun_shard_locked(
         for source in sources:
             if source.num_rows == 0:
                 logger.warning("dataset %s holds no rows: nothing to compute", source.config.path)
-    outputs = [ShardOutput(s.output_dir, shard_id, lp.num_shards, lp.output_format) for s in shards]
+    outputs = [shard_output(lp, s.source.config, shard_id) for s in shards]
     force = _check_can_run(status, outputs, fp, shard_id, force)
     context = dataclasses.replace(context, recompute=force, fresh=fresh)
     if force:  # computed again, from the stored answers; the retry budget too

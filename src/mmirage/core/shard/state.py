@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmirage.core.shard.disk import writing
-from mmirage.core.shard.output import ShardOutput
+from mmirage.core.shard.remote_output import shard_output
 from mmirage.errors import WorkFailed
 from mmirage.rundir import COUNTERS, RunDir, atomic_write_json, now_iso, parse_iso
 
@@ -202,7 +202,7 @@ def checkpointed_counters(config: MMirageConfig, shard_id: int, fp: str) -> dict
     lp = config.loading_params
     totals = dict.fromkeys(COUNTERS, 0)
     for ds in lp.datasets:
-        out = ShardOutput(ds.output_dir, shard_id, lp.num_shards, lp.output_format)
+        out = shard_output(lp, ds, shard_id)
         ckpt = out.finished() or out.resume_point(fp)
         for key in COUNTERS:
             totals[key] += getattr(ckpt, key)
