@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 
-.PHONY: demo demo-llm-kit test lint typecheck unit docs docs-serve bench clean
+.PHONY: demo demo-llm-kit test lint typecheck unit docs docs-serve bench test-engines test-ray dist clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -56,5 +56,29 @@ test: lint typecheck unit docs
 bench: $(VENV)/.dev-installed
 	$(PY) benchmarks/run_all.py
 
+# mmirage against real engines here (not part of `make test`): vLLM's CPU build in its own venv
+# under ~/.cache/mmirage-engines (installed once: 3.5 GB) started by the launcher, and llama.cpp's
+# llama-server (built once); prints a table of rows valid, dialect and seconds per server.
+test-engines: $(VENV)/.dev-installed
+	scripts/test-engines.sh $(PY)
+
+# mode: ray against a real two-node Ray cluster (not part of `make test`: a cluster per test, in
+# a loopback-only network namespace, as root); CI runs it after `make test`.
+$(VENV)/.ray-installed: pyproject.toml | $(VENV)/.dev-installed
+	$(PIP) install -e ".[ray]"
+	touch $@
+
+test-ray: $(VENV)/.ray-installed
+	MMIRAGE_RAY_TESTS=1 $(VENV)/bin/pytest -q -m ray tests/test_ray_mode.py
+
+# A wheel of this project, dist/mmirage-<version>-py3-none-any.whl, stamped with the commit it
+# was built from (mmirage --version says it): `pip install 'dist/mmirage-0.1.0-py3-none-any.whl[local]'`
+# installs it anywhere (never `pip install mmirage`: on PyPI that name is another project).
+dist: | $(PY)
+	rm -rf build
+	git describe --always --dirty=+changes --abbrev=12 > src/mmirage/BUILD_COMMIT 2>/dev/null \
+		|| rm -f src/mmirage/BUILD_COMMIT
+	$(PIP) wheel --no-deps -w dist . ; status=$$?; rm -f src/mmirage/BUILD_COMMIT; exit $$status
+
 clean:
-	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) site build dist .mypy_cache .ruff_cache .pytest_cache

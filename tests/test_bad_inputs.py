@@ -228,8 +228,8 @@ CONFIG_CASES = [
     ),
     Case(
         "bad_dataset_type",
-        with_(_set("loading_params.datasets.0.type", "csv")),
-        [CONFIG, "loading_params.datasets[0].type", "'csv'"],
+        with_(_set("loading_params.datasets.0.type", "xlsx")),
+        [CONFIG, "loading_params.datasets[0].type", "'xlsx'"],
     ),
     Case(
         "shared_output_dir",

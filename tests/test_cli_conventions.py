@@ -19,7 +19,9 @@ from test_retry_cli import cli_config
 
 def test_version_names_the_installed_distribution() -> None:
     shown = mmirage("--version", env=cli_env())
-    assert shown.code == 0 and shown.out == f"mmirage {version('mmirage')}\n", str(shown)
+    # ... and that it is this project, and where from: `mmirage` on PyPI is another one.
+    expected = f"mmirage {version('mmirage')} (MMIRAGE + llm_kit, from "
+    assert shown.code == 0 and shown.out.startswith(expected), str(shown)
 
 
 def test_log_level_is_taken_after_the_subcommand_too(tmp_path: Path) -> None:

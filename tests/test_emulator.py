@@ -712,7 +712,7 @@ def test_local_responder_without_the_extra_fails_at_start(
 ) -> None:
     monkeypatch.setitem(sys.modules, "llm_kit.local", None)  # import raises ImportError
     with (
-        pytest.raises(RuntimeError, match=r"pip install 'mmirage\[local\]'"),
+        pytest.raises(RuntimeError, match=r"pip install -e '\.\[local\]'"),
         running_emulator(EmulatorConfig(responder="local")),
     ):
         pass

@@ -4,10 +4,12 @@ publish of the common kinds of rows does not import ``datasets``."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,19 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "empty": [],
     "whole_batches": [{"a": i} for i in range(3000)],
     "null_lists": [{"a": [None], "b": {}} for _ in range(10)],
+    "parquet_types": [  # what rows read from Parquet inputs hold
+        {
+            "when": dt.datetime(2024, 1, 2, 3, 4, 5, i),
+            "utc": dt.datetime(2024, 1, 2, tzinfo=dt.UTC),
+            "day": dt.date(2024, 5, 1 + i % 28),
+            "at": dt.time(12, 30),
+            "took": dt.timedelta(seconds=i),
+            "raw": bytes([i % 256]),
+            "price": Decimal(f"{i}.25"),
+            "days": [dt.date(2023, 1, 1)],
+        }
+        for i in range(1100)
+    ],
 }
 
 
@@ -111,9 +126,10 @@ def test_publishing_an_hf_shard_does_not_import_datasets(tmp_path: Path) -> None
 def test_a_type_only_datasets_knows_is_left_to_it() -> None:
     import pyarrow as pa
 
-    assert HfLayout.for_schema(pa.schema([("t", pa.timestamp("s"))])) is None
-    nested = pa.struct([("ok", pa.string()), ("when", pa.date32())])
+    interval = pa.month_day_nano_interval()
+    assert HfLayout.for_schema(pa.schema([("t", interval)])) is None
+    nested = pa.struct([("ok", pa.string()), ("span", interval)])
     assert HfLayout.for_schema(pa.schema([("row", nested)])) is None
-    assert HfLayout.for_schema(pa.schema([("items", pa.list_(pa.date32()))])) is None
+    assert HfLayout.for_schema(pa.schema([("items", pa.list_(interval))])) is None
     plain = HfLayout.for_schema(pa.schema([("text", pa.string()), ("n", pa.int64())]))
     assert plain is not None and set(plain.features) == {"text", "n"}

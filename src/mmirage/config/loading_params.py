@@ -8,10 +8,25 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator
 
+from llm_kit.keys import is_variable_name
 from mmirage.config.errors import FieldError
 from mmirage.config.fields import NonNegativeInt, OptionalPathStr, PathStr, PositiveInt
+from mmirage.storage import is_url
 
-_DATASET_TYPES = {"jsonl": "JSONL", "loadable": "loadable", "parquet": "parquet"}
+# Accepted spellings (any case) → the stored name. ``hf`` is the name of the output format
+# that ``loadable`` reads back.
+_DATASET_TYPES = {
+    "jsonl": "JSONL",
+    "csv": "CSV",
+    "tsv": "TSV",
+    "parquet": "parquet",
+    "loadable": "loadable",
+    "hf": "loadable",
+    "hub": "hub",
+    "hf_hub": "hub",
+}
+# Options of ``load_dataset`` that only type hub takes.
+HUB_OPTIONS = ("name", "split", "revision", "streaming")
 
 
 def _dataset_type(value: object) -> object:
@@ -29,28 +44,63 @@ class DatasetConfig:
     """One entry of ``loading_params.datasets``: an input dataset and where its results go."""
 
     path: str | dict[str, str]
-    """The input: a file or directory, or for `JSONL` a `{split: path}` mapping."""
-    type: Annotated[Literal["JSONL", "loadable", "parquet"], BeforeValidator(_dataset_type)]
-    """The input's format (any case): `JSONL` (one JSON object per line), `parquet` (a file or
-    a directory of `.parquet` files) or `loadable` (a directory written by the `datasets`
-    library's `save_to_disk`)."""
+    """The input: a file or directory, for `JSONL`, `CSV` and `TSV` a `{split: path}` mapping
+    too, for `hub` a Hub dataset id (`org/name`) or a dataset repository folder. For JSONL,
+    CSV, TSV and parquet, an object-storage URL (`s3://`, `gs://`, `hf://`) too."""
+    type: Annotated[
+        Literal["JSONL", "CSV", "TSV", "parquet", "loadable", "hub"],
+        BeforeValidator(_dataset_type),
+    ]
+    """The input's format (any case): `JSONL` (one JSON object per line), `CSV` / `TSV` (a
+    header row, then one row per record; every value is read as text), `parquet` (a file or a
+    directory of `.parquet` files), `loadable` or `hf` (a directory written by the `datasets`
+    library's `save_to_disk`), or `hub` (a dataset read by `datasets.load_dataset`: from the
+    Hub, its local cache, or a folder). `loadable`, `hf` and `hub` need the `hf` extra."""
     output_dir: PathStr
     """Where this dataset's shards are published (`<output_dir>/shard-<k>-of-<n>`) and merged
-    (`<output_dir>/merged`); each dataset needs its own."""
+    (`<output_dir>/merged`); each dataset needs its own. A folder, or an object-storage URL
+    (`s3://`, `gs://`, `hf://`; with output_format jsonl or parquet)."""
     image_base_path: OptionalPathStr = None
     """The folder the rows' image paths are read from: a relative path is resolved against it
     and must stay inside it (see `processing_params.allow_absolute_image_paths`). Unset: the
     working directory."""
+    name: str | None = None
+    """Type `hub` only: the dataset's configuration (subset), `load_dataset`'s `name`."""
+    split: str | None = None
+    """Type `hub` only: read this split alone. Unset: every split, each sharded on its own."""
+    revision: str | None = None
+    """Type `hub` only: a branch, tag or commit of the Hub repository. Unset: `main`."""
+    streaming: bool = False
+    """Type `hub` only: read rows from the data files as they come instead of preparing the
+    whole dataset in the `datasets` cache first (a stream whose card gives no row count is read
+    once to count its rows)."""
+    storage_options: dict[str, str] | None = None
+    """For a `path` or `output_dir` on object storage (`s3://`, `gs://`, `hf://`): options of
+    its fsspec filesystem (`key`, `secret`, `endpoint_url`...), each given as the NAME of the
+    environment variable that holds it, never the value. Unset: the filesystem reads its own
+    variables (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`...)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.path, str) and not self.path.strip():
             raise FieldError("path", "must be a non-empty path")
         if isinstance(self.path, dict) and not self.path:
             raise FieldError("path", "a split mapping needs at least one split: path entry")
-        if isinstance(self.path, dict) and self.type != "JSONL":
-            raise FieldError("path", "a {split: path} mapping is only supported for type JSONL")
+        if isinstance(self.path, dict) and self.type not in ("JSONL", "CSV", "TSV"):
+            raise FieldError(
+                "path", "a {split: path} mapping is only supported for types JSONL, CSV and TSV"
+            )
+        for option in HUB_OPTIONS:
+            if self.type != "hub" and getattr(self, option) not in (None, False):
+                raise FieldError(option, f"is an option of type hub, not {self.type}; remove it")
         if not self.output_dir.strip():
             raise FieldError("output_dir", "must be a non-empty directory path")
+        for option, variable in (self.storage_options or {}).items():
+            if not is_variable_name(variable):  # a storage_options value names a variable
+                raise FieldError(
+                    f"storage_options.{option}",
+                    "must be the name of an environment variable holding the value (a secret "
+                    "never goes in a config file); export the value and give its name",
+                )
 
 
 @dataclass
@@ -99,6 +149,13 @@ class LoadingParams:
                     f"is also the output_dir of datasets[{seen[key]}]; give each dataset its own",
                 )
             seen[key] = index
+        remote = [i for i, d in enumerate(self.datasets) if is_url(d.output_dir)]
+        if remote and self.output_format == "hf":
+            raise FieldError(
+                "output_format",
+                f"is hf, but datasets[{remote[0]}].output_dir is on object storage, where each "
+                "shard is published as one object; set output_format: jsonl or parquet",
+            )
         if self.shard_id is not None and not 0 <= self.shard_id < self.num_shards:
             raise FieldError(
                 "shard_id",

@@ -1,4 +1,5 @@
-"""Streaming dataset readers: JSONL, Parquet and HF ``load_from_disk`` ("loadable") directories.
+"""Streaming dataset readers: JSONL, CSV/TSV, Parquet, HF ``load_from_disk`` ("loadable")
+directories and ``load_dataset`` datasets ("hub").
 
 ``open_dataset(config, index)`` checks the paths and returns a ``DatasetSource`` whose rows carry a
 stable ``row_id``; ``shard_dataset``/``plan_shard`` cut it into the original's contiguous shards.
@@ -7,8 +8,9 @@ Heavy libraries (``datasets``, ``pyarrow``) are imported only when such a datase
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mmirage.core.loader.base import (
@@ -20,6 +22,7 @@ from mmirage.core.loader.base import (
     Row,
     RowReader,
 )
+from mmirage.core.loader.delimited import DelimitedReader
 from mmirage.core.loader.jsonl import JsonlReader
 from mmirage.core.loader.sharding import (
     DatasetShard,
@@ -28,6 +31,7 @@ from mmirage.core.loader.sharding import (
     shard_dataset,
     shard_range,
 )
+from mmirage.storage import is_url
 
 if TYPE_CHECKING:
     from mmirage.config.loading_params import DatasetConfig
@@ -67,17 +71,61 @@ def open_datasets(
 def open_dataset(config: DatasetConfig, index: int = 0) -> DatasetSource:
     """Check ``config.path`` and return a reader per split. Raises ``DataError`` (one sentence
     naming the dataset index, the path and what to do) when the path cannot be used."""
-    if config.type == "JSONL":
-        paths = config.path if isinstance(config.path, dict) else {None: config.path}
-        readers: dict[str | None, RowReader] = {}
-        for split, path in paths.items():
-            _need_file(index, split, path, "a JSONL file")
-            readers[split] = JsonlReader(path, split)
-        return DatasetSource(index, config, readers)
-    assert isinstance(config.path, str)  # the config allows a split mapping only for JSONL
-    if config.type == "parquet":
-        return DatasetSource(index, config, {None: _open_parquet(index, config.path)})
-    return DatasetSource(index, config, dict(_open_loadable(index, config.path)))
+    if _on_object_storage(config):
+        from mmirage.core.loader.remote import open_remote  # fsspec only for such a dataset
+
+        return DatasetSource(index, config, open_remote(index, config, _where))
+    return DatasetSource(index, config, _OPENERS[config.type](index, config))
+
+
+def _on_object_storage(config: DatasetConfig) -> bool:
+    # A hub dataset's path is load_dataset's to read, whatever it looks like.
+    paths = config.path.values() if isinstance(config.path, dict) else [config.path]
+    return config.type != "hub" and any(map(is_url, paths))
+
+
+def _open_files(index: int, config: DatasetConfig) -> dict[str | None, RowReader]:
+    """A JSONL, CSV or TSV file, or a ``{split: file}`` mapping of them."""
+    paths = config.path if isinstance(config.path, dict) else {None: config.path}
+    readers: dict[str | None, RowReader] = {}
+    for split, path in paths.items():
+        _need_file(index, split, path, f"a {config.type} file")
+        readers[split] = _FILE_READERS[config.type](path, split)
+    return readers
+
+
+_FILE_READERS: dict[str, Callable[[str, str | None], RowReader]] = {
+    "JSONL": JsonlReader,
+    "CSV": functools.partial(DelimitedReader, kind="CSV"),
+    "TSV": functools.partial(DelimitedReader, kind="TSV"),
+}
+
+
+def _open_parquet(index: int, config: DatasetConfig) -> dict[str | None, RowReader]:
+    assert isinstance(config.path, str)  # the config allows a split mapping only for files
+    return {None: _parquet_reader(index, config.path)}
+
+
+def _open_hub(index: int, config: DatasetConfig) -> dict[str | None, RowReader]:
+    from mmirage.core.loader.hub import load_hub
+
+    assert isinstance(config.path, str)
+    return load_hub(config, _where(index, None, config.path))
+
+
+def _open_saved(index: int, config: DatasetConfig) -> dict[str | None, RowReader]:
+    assert isinstance(config.path, str)
+    return dict(_open_loadable(index, config.path))
+
+
+_OPENERS: dict[str, Callable[[int, DatasetConfig], dict[str | None, RowReader]]] = {
+    "JSONL": _open_files,
+    "CSV": _open_files,
+    "TSV": _open_files,
+    "parquet": _open_parquet,
+    "loadable": _open_saved,
+    "hub": _open_hub,
+}
 
 
 def _where(index: int, split: str | None, path: str) -> str:
@@ -106,7 +154,7 @@ def _need_file(index: int, split: str | None, path: str, what: str) -> None:
         ) from exc
 
 
-def _open_parquet(index: int, path: str) -> RowReader:
+def _parquet_reader(index: int, path: str) -> RowReader:
     from mmirage.core.loader.parquet import ParquetReader, read_footers
 
     _need_exists(index, None, path)

@@ -5,12 +5,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from mmirage.errors import UserError
 
 if TYPE_CHECKING:
     from mmirage.config.loading_params import DatasetConfig
+
+Opener = Callable[[str], IO[bytes]]
+"""Opens a data file for binary reading: ``open_local``, or an object store's ``open``."""
+
+
+def open_local(path: str) -> IO[bytes]:
+    return open(path, "rb")
+
 
 OnBadRow = Literal["fail", "skip"]
 """``fail``: raise ``DataError`` at the first malformed row; ``skip``: report it and go on."""
@@ -45,6 +53,18 @@ class BadRow:
 
 BadRowSink = Callable[[BadRow], object]
 """Receives each skipped row as it is met (e.g. ``list.append``) so nothing accumulates here."""
+
+
+def report_bad_row(bad: BadRow, on_bad_row: OnBadRow, bad_rows: BadRowSink | None) -> None:
+    """Stop at a malformed row (``fail``) or hand it to ``bad_rows`` (``skip``): either way the
+    row keeps its id, so that the rows after it keep theirs."""
+    if on_bad_row == "fail":
+        raise DataError(
+            f"{bad.file}, line {bad.line}: {bad.error}; fix or remove the line, "
+            "or set loading_params.on_bad_row: skip to record bad lines and go on"
+        )
+    if bad_rows is not None:
+        bad_rows(bad)
 
 
 def check_bounds(start: int, stop: int | None, num_rows: int | None) -> tuple[int, int | None]:

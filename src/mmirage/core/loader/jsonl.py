@@ -23,11 +23,13 @@ import orjson
 from mmirage.core.loader.base import (
     BadRow,
     BadRowSink,
-    DataError,
     OnBadRow,
+    Opener,
     Row,
     RowReader,
     check_bounds,
+    open_local,
+    report_bad_row,
 )
 
 _loads = orjson.loads  # module-level so tests can count parses
@@ -55,10 +57,16 @@ class JsonlReader(RowReader):
     """One JSONL file (one split of a ``{split: path}`` mapping, or the whole dataset)."""
 
     def __init__(
-        self, path: str, split: str | None = None, *, block_size: int = DEFAULT_BLOCK_SIZE
+        self,
+        path: str,
+        split: str | None = None,
+        *,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        opener: Opener = open_local,
     ) -> None:
         super().__init__(split)
         self.path = path
+        self._open = opener
         self._block_size = block_size
         # (byte offset, row id, physical lines before) at each scanned block start.
         self._checkpoints: list[tuple[int, int, int]] | None = None
@@ -75,7 +83,7 @@ class JsonlReader(RowReader):
         checkpoints: list[tuple[int, int, int]] = []
         offset = rows = lines = 0
         carry = b""
-        with open(self.path, "rb") as f:
+        with self._open(self.path) as f:
             while block := f.read(self._block_size):
                 data = carry + block
                 cut = data.rfind(b"\n") + 1
@@ -113,7 +121,7 @@ class JsonlReader(RowReader):
             return
         offset, row_id, line_no = self._seek_point(start)
         split, end = self.split, sys.maxsize if stop is None else stop
-        with open(self.path, "rb") as f:
+        with self._open(self.path) as f:
             f.seek(offset)
             lines = enumerate(f, line_no + 1)
             if row_id < start:  # the rows before ``start`` are counted, not parsed
@@ -137,24 +145,9 @@ class JsonlReader(RowReader):
                 if type(data) is dict:
                     yield Row(row_id, data, split)
                 else:
-                    self._bad_row(line_no, row_id, _problem(data), on_bad_row, bad_rows)
+                    bad = BadRow(self.path, line_no, _problem(data), row_id, split)
+                    report_bad_row(bad, on_bad_row, bad_rows)
                 row_id += 1
-
-    def _bad_row(
-        self,
-        line_no: int,
-        row_id: int,
-        problem: str,
-        on_bad_row: OnBadRow,
-        bad_rows: BadRowSink | None,
-    ) -> None:
-        if on_bad_row == "fail":
-            raise DataError(
-                f"{self.path}, line {line_no}: {problem}; fix or remove the line, "
-                "or set loading_params.on_bad_row: skip to record bad lines and go on"
-            )
-        if bad_rows is not None:
-            bad_rows(BadRow(self.path, line_no, problem, row_id, self.split))
 
 
 def _without_bom(raw: bytes) -> Any:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from mmirage.core.loader.base import BadRowSink, OnBadRow, Row, RowReader, check_bounds
+from mmirage.errors import require_extra
 
 DEFAULT_BATCH_SIZE = 1000
 
@@ -53,8 +54,7 @@ def load_saved(path: str) -> dict[str | None, LoadableReader]:
 
     Raises ``FileNotFoundError`` when ``path`` is not a ``save_to_disk`` directory.
     """
-    import datasets
-
+    datasets = require_extra("datasets", "hf", f"reading the saved dataset {path}")
     saved = datasets.load_from_disk(path, keep_in_memory=False)
     if isinstance(saved, datasets.DatasetDict):
         return {name: LoadableReader(split_ds, name) for name, split_ds in saved.items()}

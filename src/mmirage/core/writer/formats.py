@@ -17,16 +17,20 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
 from mmirage.core.writer.arrow_columns import plain_array
-from mmirage.core.writer.hf_layout import HfLayout
+from mmirage.core.writer.hf_layout import (
+    HfLayout,
+    datasets_installed,
+    iter_saved,
+    unmapped_columns,
+)
 from mmirage.core.writer.schema_inference import Schema, SchemaInference, infer_schema
-from mmirage.errors import WorkFailed
+from mmirage.errors import WorkFailed, require_extra
 from mmirage.rundir import ROW_KEY
 
 Format = Literal["hf", "jsonl", "parquet"]
@@ -119,7 +123,14 @@ def iter_rows(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[dict[st
 
 
 def iter_hf(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
-    """An HF ``save_to_disk`` directory's rows (memory-mapped; a DatasetDict split by split)."""
+    """An HF ``save_to_disk`` directory's rows (memory-mapped; a DatasetDict split by split).
+    Without ``datasets`` (the ``hf`` extra), pyarrow reads the same files."""
+    if not datasets_installed():
+        try:
+            yield from iter_saved(path, batch_rows)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # ArrowInvalid: a ValueError
+            raise FormatError(f"{path} is not a dataset saved with save_to_disk ({exc})") from None
+        return
     import datasets
 
     try:
@@ -278,6 +289,11 @@ def _write_hf(batches: Iterator[list[dict[str, Any]]], schema: Schema, path: Pat
     import pyarrow as pa
 
     layout = HfLayout.for_schema(schema.arrow)
+    if layout is None and not datasets_installed():
+        # The LLM calls are paid for by now: a column the layout cannot describe is written
+        # as JSON text rather than failing the publish for want of the hf extra.
+        _as_json_text(schema, unmapped_columns(schema.arrow))
+        layout = HfLayout.for_schema(schema.arrow)
     stream = path.with_name(path.name + ".arrow")
     rows: list[int] = []
     nbytes = 0
@@ -289,7 +305,10 @@ def _write_hf(batches: Iterator[list[dict[str, Any]]], schema: Schema, path: Pat
                 rows.append(record_batch.num_rows)
                 nbytes += record_batch.nbytes
                 w.write_batch(record_batch)
-        if layout is not None and HfLayout.fits_one_file(rows, nbytes):
+        # Without datasets, the layout is written at any size: load_from_disk reads one file.
+        if layout is not None and (
+            HfLayout.fits_one_file(rows, nbytes, layout.writer_rows) or not datasets_installed()
+        ):
             layout.install(stream, path)
         else:
             _save_with_datasets(stream, path)
@@ -300,29 +319,31 @@ def _write_hf(batches: Iterator[list[dict[str, Any]]], schema: Schema, path: Pat
 _ARROW_WRITERS: dict[str, _ArrowWriter] = {"parquet": _write_parquet, "hf": _write_hf}
 
 
+def _as_json_text(schema: Schema, columns: list[str]) -> None:
+    """Make ``columns`` of ``schema`` JSON text, in place: the caller reports ``json_columns``."""
+    import pyarrow as pa
+
+    for name in columns:
+        at = schema.arrow.get_field_index(name)
+        schema.arrow = schema.arrow.set(at, pa.field(name, pa.string()))
+    schema.json_columns = sorted({*schema.json_columns, *columns})
+
+
+def _published_path(tmp: Path) -> Path:
+    """The destination that the temporary ``tmp`` of ``write_dataset`` becomes: what a message
+    names (the temporary name means nothing to the user)."""
+    name = tmp.name.removeprefix(".").rpartition(".tmp.")[0]
+    return tmp.with_name(name or tmp.name)
+
+
 def _save_with_datasets(stream: Path, path: Path) -> None:
-    import datasets
+    feature = f"writing {_published_path(path)} as an HF dataset"
+    datasets = require_extra("datasets", "hf", feature)
+    from llm_kit.hf_datasets import quiet_datasets  # pydantic et al.: not at mmirage's start
 
     dataset = datasets.Dataset.from_file(str(stream))
     # No rows would make save_to_disk write zero Arrow files, which load_from_disk rejects.
     shards = 1 if dataset.num_rows == 0 else None
-    with _quiet_datasets():  # its progress bar would garble the command's own output
+    with quiet_datasets(datasets):
         dataset.save_to_disk(str(path), num_shards=shards)
     del dataset  # drop the memory map before the file goes
-
-
-@contextmanager
-def _quiet_datasets() -> Iterator[None]:
-    from datasets.utils import (
-        are_progress_bars_disabled,
-        disable_progress_bars,
-        enable_progress_bars,
-    )
-
-    was_disabled = are_progress_bars_disabled()
-    disable_progress_bars()
-    try:
-        yield
-    finally:
-        if not was_disabled:
-            enable_progress_bars()
