@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 
-.PHONY: demo demo-llm-kit test lint typecheck unit docs docs-serve bench test-engines test-ray dist clean
+.PHONY: demo demo-llm-kit test test-slow lint typecheck unit docs docs-serve bench test-engines test-ray dist clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,8 +40,17 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy
 
+# The suite runs in parallel (pytest-xdist). Most tests wait on subprocesses, HTTP and SLURM rather
+# than compute, so a few more workers than cores pays; work stealing evens out the long tests.
+# The long end-to-end cases (marked slow) run in `make test-slow`, which CI runs too.
+TEST_WORKERS ?= 4
+PYTEST := $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist worksteal
+
 unit: $(VENV)/.dev-installed
-	$(VENV)/bin/pytest -q
+	$(PYTEST) -m "not slow"
+
+test-slow: $(VENV)/.dev-installed
+	$(PYTEST) -m slow
 
 # The site, built strictly into site/: a warning, a broken link or an undocumented field fails.
 # (Material's banner about its successor is not a warning about our docs.)

@@ -97,6 +97,9 @@ EMULATORS: dict[str, EmulatorConfig] = {
     "clean": EmulatorConfig(seed=5),
     # Batches take 4 s: `run` must be back well before, `--wait` must see them end.
     "slow": EmulatorConfig(seed=6, batch_delay_s=4.0),
+    # Batches take 40 s: a `check` right after `run` sees them running even on a busy machine,
+    # where starting the two CLI processes alone has taken 9 s.
+    "paced": EmulatorConfig(seed=6, batch_delay_s=40.0),
     # A share of the batches fail or expire as a whole, a share of the requests error.
     "faulty": EmulatorConfig(
         seed=7, batch_failure_rate=0.25, batch_expire_rate=0.25, batch_item_error_rate=0.2

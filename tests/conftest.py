@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,7 +47,12 @@ def slurm_cluster() -> Iterator[None]:
     """The real single-node SLURM of scripts/slurm-dev-cluster.sh, up for the whole session
     (it installs Debian's packages when missing, as root). Skipped where it cannot run, except
     in CI, where the SLURM tests must run."""
-    up = subprocess.run(["bash", str(CLUSTER_SCRIPT), "up"], capture_output=True, text=True)
+    # One `up` at a time across pytest-xdist workers (and other suites on this machine): two at
+    # once would both start slurmctld on the same ports and state folder.
+    lock_path = Path(tempfile.gettempdir()) / "mmirage-slurm-dev-cluster.lock"
+    with lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        up = subprocess.run(["bash", str(CLUSTER_SCRIPT), "up"], capture_output=True, text=True)
     if up.returncode != 0:
         message = f"no SLURM dev cluster: {up.stderr.strip()[-500:]}"
         if os.environ.get("CI"):

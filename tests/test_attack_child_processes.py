@@ -106,6 +106,7 @@ def test_a_hanging_squeue_gives_up_within_the_budget(tmp_path: Path) -> None:
         os.environ["PATH"] = path
 
 
+@pytest.mark.slow  # waits out the 30 s budget twice; the budget is in the 4 s test above
 def test_check_and_wait_end_with_one_sentence_when_squeue_hangs(
     slurm_cluster: None, emulator: Any, tmp_path: Path
 ) -> None:

@@ -567,7 +567,10 @@ def test_the_key_is_in_no_raw_response_file_or_log(
             for value in (raw, submitted.raw_response, final.raw_response, *rows):
                 f.write(orjson.dumps(value) + b"\n")
         assert KEY not in repr((raw, submitted, final, rows))
-    assert list(spool.iterdir()) == []  # the temporary spool files are gone
+    # The temporary spool files are gone. (The in-thread emulator's own folder may land here
+    # too, when this is the first test of its worker to upload a batch to it.)
+    left = [path for path in spool.iterdir() if not path.name.startswith("llm-kit-emulator-")]
+    assert left == []
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path

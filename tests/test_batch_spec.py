@@ -236,7 +236,7 @@ def example(emulators: Emulators, tmp_path_factory: pytest.TempPathFactory) -> E
     run; check (batches still running); check --wait; then, the receipt moved away, check and
     merge given --metadata-path (and without it: read from the chunk's marker, with a
     warning); then merge from the config."""
-    emu = emulators["slow"]
+    emu = emulators["paced"]
     out = tmp_path_factory.mktemp("example")
     env = key_env(OPENAI_BASE_URL=emu.openai_base_url, MMIRAGE_BATCH_OUT=str(out))
     before = batches_created(emu)

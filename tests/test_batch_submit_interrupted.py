@@ -48,6 +48,21 @@ CREATE_DELAY_S = 0.5
 T = TypeVar("T")
 
 
+def providers_and(signals: list[signal.Signals]) -> list[Any]:
+    """Every provider with every signal, ids ``provider-SIGNAME``. `make test` keeps a diagonal
+    (each provider once, each signal once: a minute of the suite); the rest are marked slow."""
+    return [
+        pytest.param(
+            provider,
+            sig,
+            id=f"{provider}-{sig.name}",
+            marks=() if j == i % len(signals) else pytest.mark.slow,
+        )
+        for i, provider in enumerate(PROVIDERS)
+        for j, sig in enumerate(signals)
+    ]
+
+
 @pytest.fixture
 def slow_emulator() -> Iterator[EmulatorHandle]:
     config = EmulatorConfig(seed=11, batch_create_delay_s=CREATE_DELAY_S)
@@ -155,9 +170,8 @@ def stop_when_held(
 
 
 @pytest.mark.parametrize(
-    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name
+    ("provider", "sig"), providers_and([signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 )
-@pytest.mark.parametrize("provider", PROVIDERS)
 def test_a_stopped_submission_then_a_rerun_holds_every_request_once(
     provider: str, sig: int, slow_emulator: EmulatorHandle, tmp_path: Path
 ) -> None:
@@ -248,9 +262,8 @@ def cancel_every_batch(emu: EmulatorHandle, provider: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name
+    ("provider", "sig"), providers_and([signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 )
-@pytest.mark.parametrize("provider", PROVIDERS)
 def test_a_stopped_retry_then_another_resubmits_every_request_once(
     provider: str, sig: int, tmp_path: Path
 ) -> None:
@@ -332,8 +345,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(("provider", "sig"), providers_and([signal.SIGINT, signal.SIGKILL]))
 def test_run_batch_api_stopped_then_rerun_holds_every_item_once(
     provider: str, sig: int, slow_emulator: EmulatorHandle, tmp_path: Path
 ) -> None:

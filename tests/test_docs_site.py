@@ -51,7 +51,7 @@ def test_every_yaml_field_has_a_row() -> None:
 
 def test_the_types_read_as_yaml() -> None:
     page = config_reference.reference()
-    assert '| `mode` | "local" \\| "slurm" | `"local"` |' in page
+    assert '| `mode` | "local" \\| "slurm" \\| "ray" | `"local"` |' in page
     assert "| `num_shards` | int ≥ 1 | `1` |" in page
     assert "| `datasets` | list[mapping] | `[]` |" in page
 

@@ -84,7 +84,7 @@ def gemini(emu: EmulatorHandle) -> genai.Client:
     )
 
 
-def wait_for(fetch: Callable[[], T], done: Callable[[T], bool], timeout_s: float = 10.0) -> T:
+def wait_for(fetch: Callable[[], T], done: Callable[[T], bool], timeout_s: float = 60.0) -> T:
     deadline = time.monotonic() + timeout_s
     while True:
         value = fetch()
@@ -676,7 +676,11 @@ def test_stats_count_batch_calls_and_jobs() -> None:
     assert stats["status"] == {"200": stats["requests"]}
 
 
-def test_files_live_in_a_temporary_directory_removed_at_shutdown() -> None:
+def test_files_live_in_a_temporary_directory_removed_at_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A temp root of this test's own: emulators of other tests (xdist workers) come and go too.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     pattern = os.path.join(tempfile.gettempdir(), "llm-kit-emulator-*")
     before = set(glob.glob(pattern))
     with running_emulator() as emu:
@@ -694,14 +698,17 @@ def test_polls_stay_responsive_while_a_large_batch_runs() -> None:
     with running_emulator(subprocess=True) as emu:
         client = oai(emu)
         batch = openai_batch(client, [chat_line(i) for i in range(20_000)])
-        slowest = 0.0
+        midway: list[int] = []  # completed counts that polls saw while the job ran
         while batch.status != "completed":
-            started = time.perf_counter()
             batch = client.batches.retrieve(batch.id)
-            slowest = max(slowest, time.perf_counter() - started)
+            done = batch.request_counts.completed if batch.request_counts else 0
+            if batch.status != "completed" and 0 < done < 20_000:
+                midway.append(done)
             time.sleep(0.01)
     assert batch.request_counts is not None and batch.request_counts.completed == 20_000
-    assert slowest < 0.25
+    # Polls were answered between the runner's steps, not held until the job ended (no clock
+    # involved: a loaded machine slows both sides alike).
+    assert len(midway) >= 2 and midway == sorted(midway), midway
 
 
 # -- command lines --------------------------------------------------------------------------

@@ -344,6 +344,7 @@ def test_mmirage_run_says_which_threads_the_processor_setting_chose(tmp_path: Pa
     assert "up to 3 request(s) decoded together, KV cache 135 MiB (3 x 2048 tokens)" in run.stderr
 
 
+@pytest.mark.slow  # a CPU-model run on 2 threads; the thread report is in the test above
 def test_the_environment_variable_overrides_the_processor_setting(tmp_path: Path) -> None:
     run = run_mmirage(tmp_path, LOCAL_ONE_THREAD, {THREADS_ENV: "2"})
     assert run.returncode == 0, run.stderr

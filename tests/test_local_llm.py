@@ -38,6 +38,7 @@ def test_missing_local_model_file_fails_at_construction(tmp_path: Path) -> None:
         LLM(model=str(tmp_path / "nope.gguf"), message_format="local")
 
 
+@pytest.mark.slow  # the whole `make demo` on the CPU model: a minute of both cores
 def test_quickstart_labels_the_reviews(tmp_path: Path) -> None:
     """`make demo`'s pipeline, as shipped: every review gets one of the two labels, mostly right."""
     import shutil

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ import time
 
 def shout(variables):
     began = time.time()
+    if os.environ.get("BEGAN_LOG"):  # which shard processes are inside a call (the parent's pid)
+        with open(os.environ["BEGAN_LOG"], "a") as log:
+            log.write(f"{os.getppid()}\\n")
     while os.path.exists(os.environ.get("HOLD") or ""):  # a test holds every row
         time.sleep(0.05)
     time.sleep(float(os.environ.get("ROW_DELAY") or 0))
@@ -73,9 +77,23 @@ def most_at_once(log: Path) -> int:
     return best
 
 
-def test_run_runs_n_shards_at_once_with_prefixed_lines(tmp_path: Path, call_log: Path) -> None:
+def test_run_runs_n_shards_at_once_with_prefixed_lines(
+    tmp_path: Path, call_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rows wait while HOLD exists, until two shard processes are inside a call at the same
+    # moment: their calls overlap however slowly the machine starts them.
+    hold, began = tmp_path / "hold", tmp_path / "began.log"
+    hold.touch()
+    monkeypatch.setenv("HOLD", str(hold))
+    monkeypatch.setenv("BEGAN_LOG", str(began))
     config = parallel_config(tmp_path, width=2)
-    ran = mmirage("run", str(config), "--stats", delay=0.4)
+    run = start("run", str(config), "--stats", delay=0)
+    try:
+        wait_for(lambda: began.exists() and len(set(began.read_text().split())) == 2, "two calls")
+    finally:
+        hold.unlink()
+    out, err = run.communicate(timeout=240)
+    ran = subprocess.CompletedProcess(run.args, run.returncode, out, err)
     assert ran.returncode == 0, ran.stderr
     assert most_at_once(call_log) == 2  # never more than local_parallel_shards
     for k in range(SHARDS):

@@ -24,6 +24,9 @@ class Shown:
     def __str__(self) -> str:
         return "shown"
 
+    def __repr__(self) -> str:  # a test id that every pytest-xdist worker collects alike
+        return "Shown()"
+
 
 class Unprintable:
     def __str__(self) -> str:

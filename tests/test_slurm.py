@@ -300,6 +300,7 @@ def test_sbatch_refusing_the_job_is_its_own_sentence_exit_2(
     assert not list(tmp_path.glob("state/pipeline-*/slurm/submissions.jsonl"))
 
 
+@pytest.mark.slow  # waits out a SLURM time limit; the drain itself is in test_time_limit_drain
 def test_a_task_stopped_at_its_time_limit_resumes_from_its_checkpoint(
     slurm_cluster: None, tmp_path: Path
 ) -> None:
@@ -408,6 +409,8 @@ def test_signal_handler_names_the_time_limit_near_the_deadline(tmp_path: Path) -
     assert stop_reason(signal.SIGTERM, 120) == "interrupted"
 
 
+# 2-3 min of SLURM requeue; resuming without paying twice is in test_kill_resume_cli too.
+@pytest.mark.slow
 def test_a_requeued_task_resumes_without_paying_twice(
     slurm_cluster: None, emulator_slow: Any, tmp_path: Path
 ) -> None:
