@@ -74,11 +74,11 @@ test-engines: $(VENV)/.dev-installed
 # mode: ray against a real two-node Ray cluster (not part of `make test`: a cluster per test, in
 # a loopback-only network namespace, as root); CI runs it after `make test`.
 $(VENV)/.ray-installed: pyproject.toml | $(VENV)/.dev-installed
-	$(PIP) install -e ".[ray]"
+	$(PIP) install -c scripts/dev-constraints.txt -e ".[ray]"
 	touch $@
 
 test-ray: $(VENV)/.ray-installed
-	MMIRAGE_RAY_TESTS=1 $(VENV)/bin/pytest -q -m ray tests/test_ray_mode.py
+	MMIRAGE_RAY_TESTS=1 $(VENV)/bin/pytest -q -m ray tests/test_ray_mode.py tests/test_ray_object_storage.py
 
 # A wheel of this project, dist/mmirage-<version>-py3-none-any.whl, stamped with the commit it
 # was built from (mmirage --version says it): `pip install 'dist/mmirage-0.1.0-py3-none-any.whl[local]'`

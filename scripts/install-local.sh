@@ -23,7 +23,7 @@ smoke() {
 }
 # llama-cpp-python first, with our build flags, so that the project install finds it in place.
 "$PY" -m pip install -q --disable-pip-version-check "$SPEC"
-"$PY" -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
+"$PY" -m pip install -q --disable-pip-version-check -c scripts/dev-constraints.txt -e ".[$EXTRAS]"
 # Fetched here rather than inside the smoke test, whose errors would read as a CPU problem.
 "$PY" -c "from llm_kit.local.model_file import default_model_path as p, ensure_model_file as f; f(p())"
 if ! smoke 2>/dev/null; then

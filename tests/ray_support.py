@@ -10,7 +10,11 @@ the group kills the whole node: raylet, workers and agents), writes the pipeline
 emulator's URL, runs the ``commands`` one after another, optionally kills the worker node
 while its shard is sending, and writes what happened to ``<workdir>/result.json``.
 
-Used by tests/test_ray_mode.py and benchmarks/ray_overhead.py.
+With ``spec["s3"]``, a ``moto_server`` too (``s3_support``): a bucket with the uploaded
+files, its variables in the commands' environment, the published objects read back after.
+
+Used by tests/test_ray_mode.py, tests/test_ray_object_storage.py and
+benchmarks/ray_overhead.py.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import s3_support  # tests/: on sys.path under pytest, and as this script's folder
 
 HERE = Path(__file__).resolve().parent
 COUNTING_EMULATOR = HERE / "samples" / "counting_emulator.py"
@@ -230,6 +236,23 @@ def _run_command(
     }
 
 
+def _serve_bucket(
+    s3: dict[str, Any], workdir: Path
+) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """``moto_server`` with ``s3["bucket"]`` holding ``s3["upload"]`` (key: workdir file)."""
+    moto, endpoint = s3_support.start_moto(workdir / "moto.log")
+    s3_support.client(endpoint).create_bucket(Bucket=s3["bucket"])
+    for key, name in s3.get("upload", {}).items():
+        s3_support.client(endpoint).upload_file(str(workdir / name), s3["bucket"], key)
+    return moto, s3_support.variables(endpoint)
+
+
+def _read_back(s3: dict[str, Any], s3_env: dict[str, str], workdir: Path) -> list[str]:
+    """The objects under ``s3["read_back"]``, copied to ``<workdir>/s3/<key>``; their keys."""
+    endpoint = s3_env["MMI_S3_ENDPOINT"]
+    return s3_support.download(endpoint, s3["bucket"], s3["read_back"], workdir / "s3")
+
+
 def main(workdir: Path) -> None:
     spec = json.loads((workdir / "spec.json").read_text())
     log = workdir / "requests.log"
@@ -272,10 +295,16 @@ def main(workdir: Path) -> None:
             "OPENAI_API_KEY": KEY,
             "XDG_CACHE_HOME": str(workdir / "cache"),
         }
+        if spec.get("s3"):  # a moto S3 server: its variables in the driver's environment only
+            moto, s3_env = _serve_bucket(spec["s3"], workdir)
+            started.insert(0, moto)  # stopped last: the objects are read back after the runs
+            env.update(s3_env)
         for index, command in enumerate(spec["commands"]):
             result["commands"].append(
                 _run_command(spec, index, command, env, worker, worker_id, result)
             )
+        if spec.get("s3"):
+            result["s3_keys"] = _read_back(spec["s3"], s3_env, workdir)
     except BaseException as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         raise
@@ -289,6 +318,12 @@ def main(workdir: Path) -> None:
             with contextlib.suppress(Exception):
                 proc.wait(10)
         result["files_with_key"] = _files_holding(Path(temp), KEY) + _files_holding(workdir, KEY)
+        if spec.get("s3"):
+            result["files_with_s3_secret"] = [
+                path
+                for secret in (s3_support.SECRET, s3_support.KEY_ID)
+                for path in _files_holding(Path(temp), secret) + _files_holding(workdir, secret)
+            ]
         shutil.rmtree(temp, ignore_errors=True)
         (workdir / "result.json").write_text(json.dumps(result))
 

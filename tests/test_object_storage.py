@@ -9,10 +9,8 @@ Skipped where moto, s3fs or boto3 is not installed (the dev extra lists them).""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -31,23 +29,17 @@ from mmirage.config.errors import ConfigError
 from mmirage.rundir import fingerprint, pipeline_id
 from mmirage.storage import mirror_dir
 from provider_emulator import EmulatorConfig, running_emulator
+from s3_support import KEY_ID, OPTIONS, SECRET, client, keys, missing, start_moto, variables
 
 MMIRAGE = Path(sys.executable).with_name("mmirage")
-MOTO_SERVER = Path(sys.executable).with_name("moto_server")
-
-# Recognisable values: a grep finds them if anything writes them down.
-KEY_ID = "AKIAMMIRAGETEST4242"
-SECRET = "mmirage-s3-secret-Zq8vT3pLw0XyR7nK"
-OPTIONS = {"key": "MMI_S3_KEY", "secret": "MMI_S3_SECRET", "endpoint_url": "MMI_S3_ENDPOINT"}
 
 
 def _need_moto() -> None:
     """Skip without moto, s3fs or boto3; in CI (``CI`` set), where they must run, fail."""
-    missing = [m for m in ("moto", "s3fs", "boto3") if importlib.util.find_spec(m) is None]
-    if missing or not MOTO_SERVER.exists():
-        message = f"not installed: {', '.join(missing) or 'moto_server'} (the dev extra has them)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
+    message = missing()
+    if message and os.environ.get("CI"):
+        pytest.fail(message)
+    if message:
         pytest.skip(message)
 
 
@@ -55,50 +47,23 @@ def _need_moto() -> None:
 def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A moto S3 server on 127.0.0.1, on a port the OS picked (its log names it)."""
     _need_moto()
-    log = tmp_path_factory.mktemp("moto") / "server.log"
-    with open(log, "wb") as sink:
-        server = subprocess.Popen(
-            [str(MOTO_SERVER), "-H", "127.0.0.1", "-p", "0"], stdout=sink, stderr=sink
-        )
+    server, endpoint = start_moto(tmp_path_factory.mktemp("moto") / "server.log")
     try:
-        port = None
-        while port is None and server.poll() is None:
-            found = re.search(r"Running on http://127\.0\.0\.1:(\d+)", log.read_text())
-            port = found[1] if found else time.sleep(0.05)
-        if port is None:
-            pytest.fail(f"moto_server did not start: {log.read_text()[-500:]}")
-        yield f"http://127.0.0.1:{port}"
+        yield endpoint
     finally:
         server.terminate()
         server.wait()
 
 
-def _client(endpoint: str) -> Any:
-    import boto3
-
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=KEY_ID,
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-    )
-
-
 @pytest.fixture
 def bucket(s3_endpoint: str) -> str:
     name = f"mmirage-{uuid.uuid4().hex[:12]}"  # one bucket per test: safe in parallel
-    _client(s3_endpoint).create_bucket(Bucket=name)
+    client(s3_endpoint).create_bucket(Bucket=name)
     return name
 
 
-def _keys(endpoint: str, bucket: str, prefix: str = "") -> list[str]:
-    listed = _client(endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)
-    return sorted(item["Key"] for item in listed.get("Contents", []))
-
-
 def _object(endpoint: str, bucket: str, key: str) -> bytes:
-    body: bytes = _client(endpoint).get_object(Bucket=bucket, Key=key)["Body"].read()
+    body: bytes = client(endpoint).get_object(Bucket=bucket, Key=key)["Body"].read()
     return body
 
 
@@ -141,12 +106,9 @@ def _env(root: Path, endpoint: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     return {
         **env,
+        **variables(endpoint),
         "XDG_CACHE_HOME": str(root / "cache"),
-        "MMI_S3_KEY": KEY_ID,
-        "MMI_S3_SECRET": SECRET,
-        "MMI_S3_ENDPOINT": endpoint,
         "OPENAI_API_KEY": TEST_KEY,  # the emulator's
-        "AWS_EC2_METADATA_DISABLED": "true",  # never ask a cloud's metadata service
     }
 
 
@@ -176,7 +138,7 @@ def test_a_jsonl_dataset_runs_from_s3_to_s3_then_merges_and_stats_from_there(
 ) -> None:
     rows = 10
     data = "".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(rows))
-    _client(s3_endpoint).put_object(Bucket=bucket, Key="in/data.jsonl", Body=data.encode())
+    client(s3_endpoint).put_object(Bucket=bucket, Key="in/data.jsonl", Body=data.encode())
     with running_emulator(EmulatorConfig(record_requests=True)) as emu:
         config = _config(
             tmp_path, emu.openai_base_url, f"s3://{bucket}/in/data.jsonl", f"s3://{bucket}/out"
@@ -188,7 +150,7 @@ def test_a_jsonl_dataset_runs_from_s3_to_s3_then_merges_and_stats_from_there(
         asked = len(emu.requests())
 
     assert asked == rows  # one request per row: nothing paid twice
-    assert _keys(s3_endpoint, bucket, "out/") == [
+    assert keys(s3_endpoint, bucket, "out/") == [
         "out/shard-0-of-2.jsonl",
         "out/shard-1-of-2.jsonl",
     ]
@@ -215,7 +177,7 @@ def test_a_jsonl_dataset_runs_from_s3_to_s3_then_merges_and_stats_from_there(
     assert aggregate["published_shards"] == 2 and aggregate["total_rows"] == rows
 
     _no_secret_in_files(tmp_path, run.stdout, run.stderr, merge.stdout, merge.stderr, stats.stdout)
-    for key in _keys(s3_endpoint, bucket, "out/"):
+    for key in keys(s3_endpoint, bucket, "out/"):
         assert SECRET.encode() not in _object(s3_endpoint, bucket, key)
 
 
@@ -224,7 +186,7 @@ def test_a_csv_dataset_with_boto_s_own_variables_is_published_as_parquet_objects
 ) -> None:
     rows = 7
     data = "id,text\n" + "".join(f'{i},"row, {i}"\n' for i in range(rows))
-    _client(s3_endpoint).put_object(Bucket=bucket, Key="in/data.csv", Body=data.encode())
+    client(s3_endpoint).put_object(Bucket=bucket, Key="in/data.csv", Body=data.encode())
     with running_emulator(EmulatorConfig()) as emu:
         config = _config(
             tmp_path,
@@ -246,7 +208,7 @@ def test_a_csv_dataset_with_boto_s_own_variables_is_published_as_parquet_objects
             del env[name]
         run = _mmirage("run", str(config), root=tmp_path, env=env)
     assert run.returncode == 0, run.stderr
-    assert _keys(s3_endpoint, bucket, "out/") == [
+    assert keys(s3_endpoint, bucket, "out/") == [
         "out/shard-0-of-2.parquet",
         "out/shard-1-of-2.parquet",
     ]
@@ -257,7 +219,7 @@ def test_a_csv_dataset_with_boto_s_own_variables_is_published_as_parquet_objects
     # An hf merge is a folder: its files are uploaded under <output_dir>/merged/.
     hf = _mmirage("merge", str(config), "--format", "hf", root=tmp_path, env=env)
     assert hf.returncode == 0, hf.stderr
-    assert "out/merged/dataset_info.json" in _keys(s3_endpoint, bucket, "out/merged/")
+    assert "out/merged/dataset_info.json" in keys(s3_endpoint, bucket, "out/merged/")
     _no_secret_in_files(tmp_path, run.stdout, run.stderr, merge.stdout, merge.stderr, hf.stderr)
 
 
@@ -265,7 +227,7 @@ def test_a_publish_stopped_before_its_upload_is_uploaded_without_computing_again
     tmp_path: Path, s3_endpoint: str, bucket: str
 ) -> None:
     data = "".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(6))
-    _client(s3_endpoint).put_object(Bucket=bucket, Key="in/data.jsonl", Body=data.encode())
+    client(s3_endpoint).put_object(Bucket=bucket, Key="in/data.jsonl", Body=data.encode())
     with running_emulator(EmulatorConfig(record_requests=True)) as emu:
         config = _config(
             tmp_path, emu.openai_base_url, f"s3://{bucket}/in/data.jsonl", f"s3://{bucket}/out"
@@ -277,14 +239,14 @@ def test_a_publish_stopped_before_its_upload_is_uploaded_without_computing_again
         key = "out/shard-1-of-2.jsonl"
         mirror = mirror_dir(str(tmp_path / "state"), f"s3://{bucket}/out")
         (mirror / "shard-1-of-2.jsonl").write_bytes(_object(s3_endpoint, bucket, key))
-        _client(s3_endpoint).delete_object(Bucket=bucket, Key=key)
+        client(s3_endpoint).delete_object(Bucket=bucket, Key=key)
         emu.reset_stats()
         again = _mmirage("run", str(config), root=tmp_path, env=env)
         assert again.returncode == 0, again.stderr
         assert emu.requests() == []  # nothing computed (nor paid) again
         assert "shard 1/2: already done" in again.stderr  # uploaded, not run again
     assert not (mirror / "shard-1-of-2.jsonl").exists()
-    assert key in _keys(s3_endpoint, bucket, "out/")
+    assert key in keys(s3_endpoint, bucket, "out/")
     assert len(_jsonl(_object(s3_endpoint, bucket, key))) == 3
 
 
@@ -293,7 +255,7 @@ def test_a_run_killed_mid_shard_leaves_no_object_under_the_shard_name(
 ) -> None:
     rows = 40
     data = "".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(rows))
-    _client(s3_endpoint).put_object(Bucket=bucket, Key="in/data.jsonl", Body=data.encode())
+    client(s3_endpoint).put_object(Bucket=bucket, Key="in/data.jsonl", Body=data.encode())
     # Slow answers, one at a time: the shard is still running when it is killed.
     with running_emulator(EmulatorConfig(latency_s=0.2)) as emu:
         config = _config(
@@ -326,11 +288,11 @@ def test_a_run_killed_mid_shard_leaves_no_object_under_the_shard_name(
                 os.killpg(run.pid, signal.SIGKILL)
             run.wait()
         assert 0 < _rows_done(checkpoint) < rows  # killed mid-shard
-        assert _keys(s3_endpoint, bucket, "out/") == []  # no partial object, under any name
+        assert keys(s3_endpoint, bucket, "out/") == []  # no partial object, under any name
 
         again = _mmirage("run", str(config), root=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
-    assert _keys(s3_endpoint, bucket, "out/") == ["out/shard-0-of-1.jsonl"]
+    assert keys(s3_endpoint, bucket, "out/") == ["out/shard-0-of-1.jsonl"]
     published = _jsonl(_object(s3_endpoint, bucket, "out/shard-0-of-1.jsonl"))
     assert [int(row["id"]) for row in published] == list(range(rows))  # each row once
 

@@ -8,94 +8,29 @@ they skip where Ray is not installed or a network namespace cannot be made.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from ray_pipeline_support import (
+    CONCURRENCY,
+    LATENCY_S,
+    NUM_SHARDS,
+    ROWS,
+    events,
+    needs_cluster,
+    pipeline,
+    prompt_of,
+    published,
+    resent_after_kill,
+    write_rows,
+)
 from ray_support import can_unshare, in_namespace
-
-ROWS = 400
-NUM_SHARDS = 2
-CONCURRENCY = 4
-LATENCY_S = 0.1
-SLACK_S = 1.0  # an answer ready this long before the kill had reached the killed worker
-IN_TRANSIT_S = 0.1
-
-needs_cluster = [
-    pytest.mark.ray,
-    pytest.mark.skipif(
-        os.environ.get("MMIRAGE_RAY_TESTS") != "1",
-        reason="a Ray cluster per test: run by `make test-ray` (MMIRAGE_RAY_TESTS=1)",
-    ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("ray") is None and not os.environ.get("CI"),
-        reason="ray is not installed (`make test-ray` installs the ray extra)",
-    ),
-]
-
-
-def prompt_of(i: int) -> str:
-    return f"Row {i}: item number {i}"
-
-
-def pipeline(root: Path, *, state_dir: Path, mode: str = "ray", **ray: Any) -> str:
-    """The pipeline's YAML; ``{base_url}`` is the emulator's, filled in by the driver."""
-    config = {
-        "processors": [
-            {
-                "type": "llm",
-                "base_url": "{base_url}",
-                "model": "echo",
-                "worker_concurrency": CONCURRENCY,
-                "default_sampling_params": {"temperature": 0, "max_new_tokens": 32},
-            }
-        ],
-        "loading_params": {
-            "state_dir": str(state_dir),
-            "datasets": [
-                {"path": str(root / "rows.jsonl"), "type": "JSONL", "output_dir": str(root / "out")}
-            ],
-            "num_shards": NUM_SHARDS,
-            "batch_size": 20,
-            "output_format": "jsonl",
-        },
-        "processing_params": {
-            "inputs": [{"name": "id", "key": "id"}],
-            "outputs": [
-                {"name": "answer", "type": "llm", "prompt": "Row {{ id }}: item number {{ id }}"}
-            ],
-            "output_schema": {"row": "{{ id }}", "answer": "{{ answer }}"},
-        },
-        "execution_params": {"mode": mode, "ray": ray, "max_retries": 3},
-    }
-    return yaml.safe_dump(config, sort_keys=False)
-
-
-def write_rows(root: Path) -> None:
-    with open(root / "rows.jsonl", "w") as f:
-        for i in range(ROWS):
-            f.write(json.dumps({"id": i}) + "\n")
-
-
-def published(out: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for k in range(NUM_SHARDS):
-        path = out / f"shard-{k}-of-{NUM_SHARDS}.jsonl"
-        rows += [json.loads(line) for line in path.read_text().splitlines() if line]
-    return rows
-
-
-def events(root: Path) -> list[dict[str, Any]]:
-    log = root / "requests.log"
-    return [json.loads(line) for line in log.read_bytes().splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
@@ -138,29 +73,6 @@ def killed_run(tmp_path_factory: pytest.TempPathFactory, namespace_ok: None) -> 
     return result
 
 
-def _resent(result: dict[str, Any]) -> tuple[Counter[str], list[str]]:
-    """Requests per prompt beyond the first, and the prompts asked again although their
-    answer had come back well before the kill."""
-    log = events(result["root"])
-    kill = result["killed"]["time"]
-    done = {e["id"]: e["t"] for e in log if e["ev"] == "done"}
-    attempts: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for e in log:
-        if e["ev"] == "recv":
-            attempts[e["prompt"]].append(e)
-    extra: Counter[str] = Counter()
-    paid_twice = []
-    for prompt, tries in attempts.items():
-        extra[prompt] = len(tries) - 1
-        for attempt in tries[:-1]:
-            answered = done.get(attempt["id"])
-            if attempt["t"] - IN_TRANSIT_S > kill or (
-                answered is not None and answered < kill - SLACK_S
-            ):
-                paid_twice.append(prompt)
-    return +extra, paid_twice
-
-
 @pytest.mark.usefixtures("namespace_ok")
 class TestKilledWorkerNode:
     """Two shards, one per node (each node has one CPU, each task takes one); the worker node
@@ -194,7 +106,7 @@ class TestKilledWorkerNode:
         log = events(killed_run["root"])
         answered = {e["prompt"] for e in log if e["ev"] == "recv"}
         assert answered == {prompt_of(i) for i in range(ROWS)}
-        extra, paid_twice = _resent(killed_run)
+        extra, paid_twice = resent_after_kill(killed_run)
         assert not paid_twice, sorted(set(paid_twice))[:5]
         assert sum(extra.values()) <= CONCURRENCY, extra.most_common(5)
         print(  # the figures the note reports (pytest -s)
