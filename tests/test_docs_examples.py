@@ -197,9 +197,7 @@ def _unknown_options(words: list[str]) -> list[str]:
             param = options.get(name)
             if param is None and name not in ("-h", "--help"):
                 problems.append(f"{name} (not an option of {command.name})")
-            takes_value = (
-                isinstance(param, click.Option) and not param.is_flag and "=" not in word
-            )
+            takes_value = isinstance(param, click.Option) and not param.is_flag and "=" not in word
         elif isinstance(command, click.Group):
             sub = command.get_command(click.Context(command), word)
             if sub is None:

@@ -45,9 +45,7 @@ def _client(job: BatchJob) -> LLM:
     return LLM(model=job.model, message_format=job.provider, base_url=job.base_url or None)
 
 
-def _on_job(
-    job_file: Path, action: Callable[[LLM, BatchJob], Awaitable[T]]
-) -> tuple[BatchJob, T]:
+def _on_job(job_file: Path, action: Callable[[LLM, BatchJob], Awaitable[T]]) -> tuple[BatchJob, T]:
     """Load the job, run ``action`` with a client for its provider, save the job it updated;
     the job and what ``action`` returned."""
 

@@ -57,4 +57,3 @@ def metadata_paths_option(verb: str) -> Callable[[Callable[..., Any]], Callable[
         metavar="PATH",
         help=f"batch_api configs: a receipt file to {verb} (repeatable) [default: the config's].",
     )
-

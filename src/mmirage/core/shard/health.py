@@ -47,9 +47,7 @@ def shard_health(
         health.notes.append(f"shard {shard_id}: {damage}")
         return health
     lp = config.loading_params
-    outputs = [
-        shard_output(lp, ds, shard_id) for ds in lp.datasets
-    ]
+    outputs = [shard_output(lp, ds, shard_id) for ds in lp.datasets]
     if not all(is_current(out, run_dir.fingerprint) for out in outputs):
         health.state = OUTDATED
         health.notes.append(f"shard {shard_id} {outdated_hint(config_path)}")
