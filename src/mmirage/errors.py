@@ -30,6 +30,14 @@ class MissingExtra(UserError):
     """A feature needs an optional dependency that this install left out: exit 2."""
 
 
+class RowNotFound(MmirageError, LookupError):
+    """``mmirage view``: no row where a page asked for one (the page answers 404)."""
+
+
+class BadQuery(MmirageError, ValueError):
+    """``mmirage view``: a query parameter that is not what the route takes (400)."""
+
+
 def require_extra(module: str, extra: str, feature: str) -> ModuleType:
     """``module`` imported, or ``MissingExtra`` (exit 2) saying which extra of this project
     brings it: llm_kit's sentence, raised as mmirage's own error."""
@@ -43,4 +51,12 @@ def require_extra(module: str, extra: str, feature: str) -> ModuleType:
         raise MissingExtra(str(exc)) from None
 
 
-__all__ = ["MissingExtra", "MmirageError", "UserError", "WorkFailed", "require_extra"]
+__all__ = [
+    "BadQuery",
+    "MissingExtra",
+    "MmirageError",
+    "RowNotFound",
+    "UserError",
+    "WorkFailed",
+    "require_extra",
+]

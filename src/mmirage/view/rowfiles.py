@@ -24,6 +24,7 @@ import orjson
 from mmirage.core.shard.output import ShardOutput
 from mmirage.core.shard.remote_output import output_folder
 from mmirage.core.writer.formats import FORMATS
+from mmirage.errors import RowNotFound
 
 if TYPE_CHECKING:
     from mmirage.config.models import MMirageConfig
@@ -31,10 +32,6 @@ if TYPE_CHECKING:
 CHUNK = 256 * 1024  # bytes read per step
 SCAN_LIMIT = 8 * 1024 * 1024  # bytes one request looks through for matching rows, at most
 PART, PUBLISHED = "part", "published"
-
-
-class RowNotFound(LookupError):
-    """No row there: ``str(err)`` says why."""
 
 
 @dataclass(frozen=True)

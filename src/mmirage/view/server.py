@@ -13,19 +13,16 @@ from importlib import resources
 from aiohttp import web
 
 from llm_kit.hosts import is_loopback
+from mmirage.errors import BadQuery, RowNotFound
 from mmirage.view.context import ViewContext
 from mmirage.view.html import CSP, page, text
 from mmirage.view.landing import landing_page
-from mmirage.view.rowfiles import PART, PUBLISHED, RowNotFound
+from mmirage.view.rowfiles import PART, PUBLISHED
 from mmirage.view.rowpages import FILTERS, RowsQuery, row_page, rows_page
 
 ASSETS = {"view.css": "text/css"}  # the only files under /static/
 CONTEXT = web.AppKey("context", ViewContext)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class BadQuery(ValueError):
-    """A query parameter that is not what the route takes: ``str(err)`` says which."""
 
 
 def _number(request: web.Request, name: str, default: int | None = None) -> int:
