@@ -7,15 +7,11 @@ checked against llama-cpp-python's own server where it runs."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import logging
 import os
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -28,10 +24,10 @@ import pytest
 from pydantic import BaseModel
 
 from conftest import TEST_KEY
+from llama_cpp_server_support import llama_cpp_python_server
 from llm_kit import LLM, BatchConfig, BatchItem, BatchResult, Message
 from llm_kit.dialect_choice import PROBATION
 from llm_kit.dialects import DIALECTS
-from llm_kit.local import default_model_path
 from llm_kit.providers.openai import OpenAICodec
 from llm_kit.schema import schema_from_dict
 from provider_emulator import EmulatorConfig, running_emulator
@@ -355,47 +351,13 @@ def test_the_emulator_command_lines_take_a_model_dialect() -> None:
 
 # -- against llama-cpp-python's own server ------------------------------------------------------
 
-HAS_LLAMA_SERVER = all(
-    importlib.util.find_spec(name) is not None for name in ("llama_cpp", "fastapi", "uvicorn")
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 @pytest.fixture(scope="module")
 def real_llama_cpp_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``python -m llama_cpp.server`` with SmolLM2-135M on 127.0.0.1; its base URL."""
-    if not HAS_LLAMA_SERVER:
-        pytest.skip("needs `pip install 'llama-cpp-python[server]'` (the dev extra)")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("llama_cpp_python") / "server.log"
-    argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path())]
-    argv += ["--model_alias", "smollm2", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--n_ctx", "1024", "--verbose", "False"]
-    with log.open("wb") as out:
-        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120  # a bound on a hung start, not a timing check
-        while True:
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(base_url + "/models", timeout=1).close()
-                break
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.25)
+    folder = tmp_path_factory.mktemp("llama_cpp_python")
+    with llama_cpp_python_server(folder, n_ctx=1024, alias="smollm2") as base_url:
         yield base_url
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 def test_the_real_llama_cpp_python_server_answers_each_form_as_the_table_says(
