@@ -118,3 +118,19 @@ def resent_after_kill(result: dict[str, Any]) -> tuple[Counter[str], list[str]]:
             ):
                 paid_twice.append(prompt)
     return +extra, paid_twice
+
+
+def assert_asked_once_but_in_flight(result: dict[str, Any]) -> str:
+    """Every prompt was asked; none whose answer came back was asked again; at most
+    CONCURRENCY (those in flight when the node died) went twice. The figures, for the note."""
+    log = events(result["root"])
+    asked = {e["prompt"] for e in log if e["ev"] == "recv"}
+    assert asked == {prompt_of(i) for i in range(ROWS)}
+    extra, paid_twice = resent_after_kill(result)
+    assert not paid_twice, sorted(set(paid_twice))[:5]
+    assert sum(extra.values()) <= CONCURRENCY, extra.most_common(5)
+    requests = sum(1 for e in log if e["ev"] == "recv")
+    return (
+        f"requests: {requests} for {len(asked)} distinct prompts; "
+        f"re-sent after the kill: {sum(extra.values())}"
+    )

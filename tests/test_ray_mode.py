@@ -22,12 +22,11 @@ from ray_pipeline_support import (
     LATENCY_S,
     NUM_SHARDS,
     ROWS,
-    events,
+    assert_asked_once_but_in_flight,
     needs_cluster,
     pipeline,
     prompt_of,
     published,
-    resent_after_kill,
     write_rows,
 )
 from ray_support import can_unshare, in_namespace
@@ -103,16 +102,7 @@ class TestKilledWorkerNode:
     def test_no_answer_that_came_back_is_paid_twice(self, killed_run: dict[str, Any]) -> None:
         """Each distinct request is asked once, except those in flight when the node died (the
         emulator had them, the dead worker never saw their answers): at most CONCURRENCY."""
-        log = events(killed_run["root"])
-        answered = {e["prompt"] for e in log if e["ev"] == "recv"}
-        assert answered == {prompt_of(i) for i in range(ROWS)}
-        extra, paid_twice = resent_after_kill(killed_run)
-        assert not paid_twice, sorted(set(paid_twice))[:5]
-        assert sum(extra.values()) <= CONCURRENCY, extra.most_common(5)
-        print(  # the figures the note reports (pytest -s)
-            f"requests: {sum(1 for e in log if e['ev'] == 'recv')} for {len(answered)} "
-            f"distinct prompts; re-sent after the kill: {sum(extra.values())}"
-        )
+        print(assert_asked_once_but_in_flight(killed_run))  # the note's figures (pytest -s)
 
     def test_the_key_reached_the_tasks_and_no_file(self, killed_run: dict[str, Any]) -> None:
         """The nodes were started without it: the tasks had it from the driver (the rows

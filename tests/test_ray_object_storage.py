@@ -20,16 +20,14 @@ import yaml
 
 import s3_support
 from ray_pipeline_support import (
-    CONCURRENCY,
     LATENCY_S,
     NUM_SHARDS,
     ROWS,
-    events,
+    assert_asked_once_but_in_flight,
     needs_cluster,
     pipeline,
     prompt_of,
     published,
-    resent_after_kill,
     write_rows,
 )
 from ray_support import can_unshare, in_namespace
@@ -100,16 +98,7 @@ class TestKilledWorkerNodeOnS3:
 
     def test_no_answer_that_came_back_is_paid_twice(self, killed_run: dict[str, Any]) -> None:
         """Each distinct request is asked once, except those in flight when the node died."""
-        log = events(killed_run["root"])
-        asked = {e["prompt"] for e in log if e["ev"] == "recv"}
-        assert asked == {prompt_of(i) for i in range(ROWS)}
-        extra, paid_twice = resent_after_kill(killed_run)
-        assert not paid_twice, sorted(set(paid_twice))[:5]
-        assert sum(extra.values()) <= CONCURRENCY, extra.most_common(5)
-        print(  # the figures the note reports (pytest -s)
-            f"requests: {sum(1 for e in log if e['ev'] == 'recv')} for {len(asked)} "
-            f"distinct prompts; re-sent after the kill: {sum(extra.values())}"
-        )
+        print(assert_asked_once_but_in_flight(killed_run))  # the note's figures (pytest -s)
 
     def test_no_file_holds_a_key_or_a_storage_secret(self, killed_run: dict[str, Any]) -> None:
         """The nodes were started without either: the tasks had them from the driver."""
