@@ -299,9 +299,10 @@ def test_a_public_address_needs_a_token(finished: tuple[Path, Path]) -> None:
         assert "token=tok-123" in body  # the links carry it
 
 
-def test_a_running_pipeline_is_shown_live(tmp_path: Path) -> None:
-    """A run held back by a slow provider: the page shows its shard running, rows from the part
-    file, and reloads itself."""
+@contextmanager
+def viewing_a_running_pipeline(tmp_path: Path) -> Iterator[str]:
+    """A run held back by a slow provider, with rows in its part file, and a viewer of it (its
+    URL); the run is stopped (Ctrl-C) when the block ends."""
     with running_emulator(EmulatorConfig(latency_s=0.05)) as emu:
         config = write_pipeline(tmp_path, emu.openai_base_url, rows=2000, shards=1)
         run = subprocess.Popen(
@@ -314,18 +315,25 @@ def test_a_running_pipeline_is_shown_live(tmp_path: Path) -> None:
             part = tmp_path / "out" / ".parts" / "shard-0-of-1.jsonl"
             until("rows in the part file", lambda: part.is_file() and part.stat().st_size > 0)
             with viewer(config) as url:
-                body = until(
-                    "the shard shown running",
-                    lambda: (b := get(url)[2]) and 'class="state-running"' in b and b,
-                )
-                assert '<meta http-equiv="refresh"' in body
-                assert "last-rows" in body  # rows already finished are listed
-                _, _, rows = get(f"{url}rows?dataset=0&shard=0&where=part")
-                assert "part file shard-0-of-1.jsonl" in rows
-                assert 'href="/row?dataset=0&amp;shard=0&amp;where=part&amp;offset=0' in rows
+                yield url
         finally:
             run.send_signal(signal.SIGINT)
             run.wait(timeout=120)
+
+
+def test_a_running_pipeline_is_shown_live(tmp_path: Path) -> None:
+    """A run held back by a slow provider: the page shows its shard running, rows from the part
+    file, and reloads itself."""
+    with viewing_a_running_pipeline(tmp_path) as url:
+        body = until(
+            "the shard shown running",
+            lambda: (b := get(url)[2]) and 'class="state-running"' in b and b,
+        )
+        assert '<meta http-equiv="refresh"' in body
+        assert "last-rows" in body  # rows already finished are listed
+        _, _, rows = get(f"{url}rows?dataset=0&shard=0&where=part")
+        assert "part file shard-0-of-1.jsonl" in rows
+        assert 'href="/row?dataset=0&amp;shard=0&amp;where=part&amp;offset=0' in rows
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "hf"])

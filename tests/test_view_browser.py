@@ -16,9 +16,7 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,8 +26,15 @@ from typing import Any
 import aiohttp
 import pytest
 
-from provider_emulator import EmulatorConfig, running_emulator
-from test_view import XSS, cli_env, finished, get, row_offset, until, viewer, write_pipeline
+from test_view import (
+    XSS,
+    finished,
+    get,
+    row_offset,
+    until,
+    viewer,
+    viewing_a_running_pipeline,
+)
 
 __all__ = ["finished"]  # the module fixture, shared with test_view
 
@@ -223,23 +228,9 @@ def test_a_running_pipeline_in_the_browser(tmp_path: Path) -> None:
         await tab.screenshot("view-running.png")
         return seen
 
-    with running_emulator(EmulatorConfig(latency_s=0.05)) as emu:
-        config = write_pipeline(tmp_path, emu.openai_base_url, rows=2000, shards=1)
-        run = subprocess.Popen(
-            [sys.executable, "-m", "mmirage", "run", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=cli_env(tmp_path),
-        )
-        try:
-            part = tmp_path / "out" / ".parts" / "shard-0-of-1.jsonl"
-            until("rows in the part file", lambda: part.is_file() and part.stat().st_size > 0)
-            with viewer(config) as url:
-                until("the shard shown running", lambda: "state-running" in get(url)[2])
-                seen = in_browser(visit)
-        finally:
-            run.send_signal(signal.SIGINT)
-            run.wait(timeout=120)
+    with viewing_a_running_pipeline(tmp_path) as url:
+        until("the shard shown running", lambda: "state-running" in get(url)[2])
+        seen = in_browser(visit)
     assert seen["states"] == ["running"]
     assert seen["refresh"] == "5"
     assert seen["rows"] > 1
