@@ -81,6 +81,42 @@ def test_concurrent_requests_share_one_batch(engine: LocalEngine) -> None:
     assert engine.stats.decode_calls - before <= 13
 
 
+def test_a_step_lists_its_sequences_in_slot_order_and_reuses_the_graph() -> None:
+    # llama.cpp cuts a batch into one graph per run of consecutive sequence ids: requests that
+    # come and go in another order must still reach it in slot order.
+    four = LocalEngine(slots=4)
+    try:
+        four.load()
+        model = four._scheduler.model  # type: ignore[union-attr]
+        batches: list[list[int]] = []
+        fill = model.batch_fill
+        model.batch_fill = lambda rows: (batches.append([r[2] for r in rows]), fill(rows))[1]
+        lengths = [9, 3, 6, 12, 4, 8, 2, 10, 5, 7, 11, 3]
+        calls = [{"messages": user(f"Count to {n}."), "max_tokens": n} for n in lengths]
+        submit_together(four, calls)
+        assert len({tuple(sorted(set(b))) for b in batches}) > 1  # slots came and went
+        assert all(b == sorted(b) for b in batches)
+        assert four.stats.graphs_reused > 0
+    finally:
+        four.close()
+
+
+def test_a_request_takes_the_lowest_free_slot_when_prompts_are_alike() -> None:
+    # Running slots stay consecutive: each gap would split every step into one more graph.
+    four = LocalEngine(slots=4)
+    try:
+        four.load()
+        model = four._scheduler.model  # type: ignore[union-attr]
+        slots: set[int] = set()
+        fill = model.batch_fill
+        model.batch_fill = lambda rows: (slots.update(r[2] for r in rows), fill(rows))[1]
+        for topic in ["cats", "rain", "bread"]:
+            four.complete_sync(user(f"Say a word about {topic}."), max_tokens=3)
+        assert slots == {0}
+    finally:
+        four.close()
+
+
 def test_each_sequence_follows_its_own_schema(engine: LocalEngine) -> None:
     sentiment = Sentiment.model_json_schema()
     city = City.model_json_schema()
@@ -273,7 +309,7 @@ def run_tuner(tuner: ThreadTuner, step_seconds: dict[int, float], steps: int) ->
     for _ in range(steps):
         threads = tuner.pick(measurable=True)
         used.append(threads)
-        tuner.record(threads, step_seconds[threads], measurable=True)
+        tuner.record(threads, step_seconds[threads], width=8)
     return used
 
 
@@ -284,13 +320,31 @@ def test_the_tuner_keeps_the_faster_thread_count_and_checks_again() -> None:
     # Another process takes a core: two threads wait on each other, steps get 50x slower.
     used = run_tuner(quiet, {2: 0.5, 1: 0.016}, steps=200)
     assert quiet.current == 1
-    # The slow count was dropped at its first slow step of a trial, not run three times.
-    assert used.count(2) < 80
+    # Noticed within a few slow steps; from then on two threads get one probing step per
+    # trial (dropped at its first slow step, not run three times).
+    noticed = ThreadTuner.SLOW_STEPS + 3
+    assert used[:noticed].count(1) == 1
+    assert used[noticed:].count(2) <= quiet.trials
     loaded = ThreadTuner([2, 1])
     used = run_tuner(loaded, {2: 0.5, 1: 0.016}, steps=300)
     assert loaded.current == 1
     assert used.count(2) <= loaded.trials  # one probing step per trial
     assert loaded.trials < 10  # the interval between trials grows while the choice holds
+
+
+def test_the_tuner_leaves_a_quiet_machine_alone_at_the_most_threads() -> None:
+    # Fewer threads are tried only when steps slow down: on a quiet machine a trial would
+    # only spend steps on the slower count.
+    quiet = ThreadTuner([2, 1])
+    quiet.calibrate(lambda threads: {2: 0.010, 1: 0.016}[threads])
+    used = run_tuner(quiet, {2: 0.010, 1: 0.016}, steps=ThreadTuner.MAX_INTERVAL - 10)
+    assert quiet.trials == 1 and used.count(1) == 0
+    # A step that is slow once (noise) calls no trial; slowing down for good does.
+    quiet.record(2, 0.05, width=8)
+    run_tuner(quiet, {2: 0.010, 1: 0.016}, steps=5)
+    assert quiet.trials == 1
+    run_tuner(quiet, {2: 0.018, 1: 0.016}, steps=ThreadTuner.SLOW_STEPS + 6)
+    assert quiet.trials == 2 and quiet.current == 1
 
 
 def test_a_fixed_thread_count_is_never_tuned() -> None:

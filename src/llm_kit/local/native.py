@@ -147,6 +147,10 @@ class NativeModel:
         """llama_decode on the batch: 0 on success, llama.cpp's code otherwise."""
         return int(self._api.llama_decode(self.context.ctx, self.batch))
 
+    def graphs_reused(self) -> int:
+        """How many decodes reused the previous compute graph (llama.cpp's own count)."""
+        return int(self._api.llama_perf_context(self.context.ctx).n_reused)
+
     def forget(self, seq: int, start: int = 0) -> None:
         """Free a sequence's KV cells from position ``start`` on (all of them by default)."""
         self._api.llama_memory_seq_rm(self.context.memory, seq, start if start > 0 else -1, -1)

@@ -79,6 +79,11 @@ class Sequence:
         return self.fed < len(self.request.prompt)
 
     @property
+    def decoding(self) -> bool:
+        """Holds a sampled token that the next step decodes."""
+        return not self.prefilling and self.next_token is not None
+
+    @property
     def position(self) -> int:
         """The KV position of the next token this sequence decodes."""
         return self.fed + len(self.generated) - (1 if self.next_token is not None else 0)

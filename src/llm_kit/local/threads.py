@@ -96,22 +96,29 @@ def log_choice(choice: ThreadChoice) -> None:
 
 
 class ThreadTuner:
-    """Picks the decode thread count by timing decode steps, again and again as load changes.
+    """Picks the decode thread count by timing decode steps, again as load changes.
 
     With two or more threads, OpenMP workers wait for each other at every step; when another
     process holds a core, one of them is often descheduled and a step takes up to 100x longer
     (measured: 5 tok/s with 2 threads against 64 with 1 on a loaded 2-core machine, while on a
     quiet one 2 threads are the faster). So the first choice is timed when the model loads
-    (:meth:`calibrate`), then the candidates are tried again in turn on a few decode steps
-    (interleaved, so that both see the same load and batch), the fastest is kept, and the
-    trial is repeated after ``interval`` steps, an interval that doubles while the choice
-    holds. A candidate far slower than the best so far is dropped at its first step.
+    (:meth:`calibrate`); later the candidates are tried again in turn on a few decode steps
+    (interleaved, so that both see the same load and batch) and the fastest is kept.
+
+    A trial costs steps on a slower count, so it comes only when it can pay: at the most
+    threads, when steps of one width get ``SLOWER`` times slower than the fastest seen since
+    the last trial (another process took a core), or after ``MAX_INTERVAL`` steps; at fewer
+    threads, every ``interval`` steps (a quiet machine gives no other sign), an interval that
+    doubles while the choice holds. A candidate far slower than the best is dropped at its
+    first step.
     """
 
     ROUNDS = 3  # steps per candidate in one trial
     FIRST_INTERVAL = 32
     MAX_INTERVAL = 2048
-    GIVE_UP = 2.0  # a step this many times slower than the best ends that candidate's trial
+    GIVE_UP = 1.5  # a step this many times slower than the best ends that candidate's trial
+    SLOWER = 1.5  # a step this many times slower than the fastest of its width is slow...
+    SLOW_STEPS = 3  # ...and this many slow steps in a row call a trial
 
     def __init__(self, candidates: list[int]) -> None:
         self.candidates = candidates
@@ -122,6 +129,8 @@ class ThreadTuner:
         self._countdown = 2  # the first steps warm caches up: not measured
         self._plan: list[int] = []
         self._times: dict[int, list[float]] = {}
+        self._fastest: dict[int, float] = {}  # width -> fastest step at the current count
+        self._slow_steps = 0
 
     def calibrate(self, step: Callable[[int], float]) -> None:
         """The first choice, before any request: ``step(threads)`` times one small decode.
@@ -150,10 +159,17 @@ class ThreadTuner:
             return self._plan[0]
         return self.current
 
-    def record(self, threads: int, seconds: float, measurable: bool) -> None:
-        if not (self._plan and measurable and self._plan[0] == threads):
-            self._countdown -= 1
+    def record(self, threads: int, seconds: float, width: int | None) -> None:
+        """A step's time; ``width``: its sequences when it decoded one token each, None when
+        it held prompt tokens (then its time compares with nothing)."""
+        if self._plan and width is not None and self._plan[0] == threads:
+            self._trial_step(threads, seconds)
             return
+        self._countdown -= 1
+        if width is not None and threads == self.current == self.candidates[0]:
+            self._watch(width, seconds)
+
+    def _trial_step(self, threads: int, seconds: float) -> None:
         self._plan.pop(0)
         self._times[threads].append(seconds)
         best = min(min(t) for t in self._times.values() if t)
@@ -161,6 +177,18 @@ class ThreadTuner:
             self._plan = [c for c in self._plan if c != threads]
         if not self._plan:
             self._decide()
+
+    def _watch(self, width: int, seconds: float) -> None:
+        """At the most threads: a run of slow steps means a core was taken, so try now."""
+        fastest = self._fastest.get(width)
+        if fastest is None or seconds < fastest:
+            self._fastest[width] = seconds
+        if fastest is not None and seconds > self.SLOWER * fastest:
+            self._slow_steps += 1
+            if self._slow_steps >= self.SLOW_STEPS:
+                self._countdown = 0
+        else:
+            self._slow_steps = 0
 
     def _decide(self) -> None:
         def median(values: list[float]) -> float:
@@ -177,5 +205,8 @@ class ThreadTuner:
         same = chosen == self.current
         self.trials += 1
         self.current = chosen
+        self._fastest.clear()
+        self._slow_steps = 0
         self._interval = min(self._interval * 2, self.MAX_INTERVAL) if same else self.FIRST_INTERVAL
-        self._countdown = self._interval
+        most = chosen == self.candidates[0]
+        self._countdown = self.MAX_INTERVAL if most else self._interval
