@@ -137,6 +137,7 @@ def answers(rows: int, max_tokens: int) -> list[tuple[str, str]]:
             f"{valid} of the {len(ended)} that ended ({rows - len(ended)} cut at max_tokens)",
         ),
         ("widest batch / decode calls", f"{stats.widest_batch} / {stats.decode_calls}"),
+        ("llama.cpp graphs reused (of one or more per decode call)", f"{stats.graphs_reused}"),
         (
             "prompt tokens kept in a slot from the request before",
             f"{stats.prompt_tokens_reused} of {sum(r.usage.input_tokens for r in batched)}",
