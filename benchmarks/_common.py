@@ -18,14 +18,14 @@ def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
     return resource.getrusage(who).ru_maxrss / 1024
 
 
-def run_child(argv: list[str]) -> tuple[str, float]:
+def run_child(argv: list[str], ok_codes: tuple[int, ...] = (0,)) -> tuple[str, float]:
     """Run a child process to its end: (its stdout, its peak RSS in MB, from wait4)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
+    if proc.returncode not in ok_codes:
         raise subprocess.CalledProcessError(proc.returncode, argv, out)
     return out, usage.ru_maxrss / 1024
 

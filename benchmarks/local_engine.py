@@ -5,10 +5,11 @@ Run: ``python benchmarks/local_engine.py [--rows 64] [--max-tokens 64] [--skip-s
 sentences about ...", temperature 0):
 
 - answers: how many batched answers equal the one-at-a-time answers, and JSON validity;
-- side by side, quiet and while another process keeps one core busy: ``mmirage run`` on the
-  embedded default against the same pipeline sent to llama.cpp's ``llama-server`` with 8
-  slots on the same GGUF (found or built, see ``_llama_server.py``; skipped with the reason
-  where it cannot be): output tokens/s, their ratio, and each side's peak RSS;
+- side by side, quiet, while another process keeps one core busy, and quiet with JSON answers
+  (held by a grammar on both sides): ``mmirage run`` on the embedded default against the same
+  pipeline sent to llama.cpp's ``llama-server`` with 8 slots on the same GGUF (found or built,
+  see ``_llama_server.py``; skipped with the reason where it cannot be): output tokens/s,
+  their ratio, and each side's peak RSS;
 - ``--threads-matrix``: engine tokens/s for 1 and 2 threads x OpenMP wait policies, quiet
   and loaded (what ``llm_kit/local/threads.py`` chose from);
 - ``--demo-before REV``: ``make demo``'s ``mmirage run`` with this tree and with git REV's.
@@ -147,6 +148,15 @@ def answers(rows: int, max_tokens: int) -> list[tuple[str, str]]:
 
 # -- mmirage run, embedded and against llama-server ---------------------------------------
 
+# The answer column: plain text, or JSON held by a grammar on both sides.
+OUTPUTS = {
+    False: ("      output_type: plain", "answer"),
+    True: (
+        "      output_type: JSON\n      output_schema: {sentence: {type: str}}",
+        "answer.sentence",
+    ),
+}
+
 CONFIG = """\
 processors:
   - type: llm
@@ -162,18 +172,25 @@ processing_params:
   outputs:
     - name: answer
       type: llm
-      output_type: plain
+{output}
       prompt: "Write two sentences about {{{{ topic }}}}."
   remove_columns: true
-  output_schema: {{topic: "{{{{ topic }}}}", answer: "{{{{ answer }}}}"}}
+  output_schema: {{topic: "{{{{ topic }}}}", answer: "{{{{ {answer} }}}}"}}
 execution_params: {{mode: local, merge: false}}
 """
 
 
 def mmirage_run(
-    workdir: Path, processor: str, rows: int, max_tokens: int, extra: str = ""
-) -> tuple[float, list[str], float]:
-    """(seconds, answers, peak RSS MB) of one ``mmirage run`` in a fresh folder."""
+    workdir: Path,
+    processor: str,
+    rows: int,
+    max_tokens: int,
+    extra: str = "",
+    as_json: bool = False,
+) -> tuple[float, int, float]:
+    """(seconds, output tokens, peak RSS MB) of one ``mmirage run`` in a fresh folder: plain
+    answers counted with the model's tokenizer (the same count for both sides), JSON answers
+    as the run reports them."""
     workdir.mkdir(parents=True)
     with (workdir / "rows.jsonl").open("w") as out:
         for i in range(rows):
@@ -181,17 +198,34 @@ def mmirage_run(
     config = workdir / "config.yaml"
     config.write_text(
         CONFIG.format(
-            processor=processor, max_tokens=max_tokens, extra=extra, dir=workdir, rows=rows
+            processor=processor,
+            max_tokens=max_tokens,
+            extra=extra,
+            dir=workdir,
+            rows=rows,
+            output=OUTPUTS[as_json][0],
+            answer=OUTPUTS[as_json][1],
         )
     )
     mmirage = Path(sys.executable).with_name("mmirage")
     start = time.perf_counter()
-    _, rss = run_child([str(mmirage), "run", str(config)])
+    # A JSON answer cut at max_tokens fails its row (exit 1): its tokens still count.
+    _, rss = run_child([str(mmirage), "run", str(config)], ok_codes=(0, 1) if as_json else (0,))
     seconds = time.perf_counter() - start
+    if as_json:
+        return seconds, _reported_output_tokens(workdir), rss
     texts = []
     for shard in sorted((workdir / "data").rglob("*.jsonl")):
         texts += [json.loads(line)["answer"] or "" for line in shard.read_text().splitlines()]
-    return seconds, texts, rss
+    return seconds, count_tokens(texts), rss
+
+
+def _reported_output_tokens(workdir: Path) -> int:
+    """The output tokens the run recorded (usage of every answer, failed rows too)."""
+    return sum(
+        json.loads(status.read_text())["output_tokens"]
+        for status in (workdir / "state").rglob("status.json")
+    )
 
 
 def count_tokens(texts: list[str]) -> int:
@@ -202,6 +236,14 @@ def count_tokens(texts: list[str]) -> int:
 
     vocab = llama_cpp.Llama(str(default_model_path()), vocab_only=True, verbose=False)
     return sum(len(vocab.tokenize(t.encode(), add_bos=False)) for t in texts)
+
+
+# (label, another process keeps one core busy, JSON answers held by a grammar)
+CONDITIONS = [
+    ("quiet", False, False),
+    ("one core busy", True, False),
+    ("quiet, JSON answers", False, True),
+]
 
 
 def side_by_side(
@@ -225,29 +267,30 @@ def side_by_side(
         except RuntimeError as exc:
             out.append(("llama-server start", f"failed, comparison skipped: {exc}"))
     try:
-        for busy in (False, True):
-            load = "one core busy" if busy else "quiet"
+        for load, busy, as_json in CONDITIONS:
+            slug = load.replace(",", "").replace(" ", "-")  # a folder name YAML reads as is
             local: list[float] = []
             remote: list[float] = []
             rss = 0.0
             with one_core_busy(busy):
                 for attempt in range(repeat):  # alternated: both sides see the same load
-                    seconds, texts, peak = mmirage_run(
-                        tmp / f"local-{load}-{attempt}", "    message_format: local", rows,
-                        max_tokens,
+                    seconds, tokens, peak = mmirage_run(
+                        tmp / f"local-{slug}-{attempt}", "    message_format: local", rows,
+                        max_tokens, as_json=as_json,
                     )  # fmt: skip
-                    local.append(count_tokens(texts) / seconds)
+                    local.append(tokens / seconds)
                     rss = max(rss, peak)
                     if url is None:
                         continue
-                    seconds, texts, _ = mmirage_run(
-                        tmp / f"server-{load}-{attempt}",
+                    seconds, tokens, _ = mmirage_run(
+                        tmp / f"server-{slug}-{attempt}",
                         f"    base_url: {url}\n    model: smollm2",
                         rows,
                         max_tokens,
                         extra=", extra_body: {repeat_penalty: 1.1}",  # the engine's own penalty
+                        as_json=as_json,
                     )
-                    remote.append(count_tokens(texts) / seconds)
+                    remote.append(tokens / seconds)
             runs = ", ".join(f"{x:.0f}" for x in local)
             line = f"median {statistics.median(local):.0f} tok/s of {runs}; peak RSS {rss:.0f} MB"
             out.append((f"mmirage run, embedded, {load}", line))

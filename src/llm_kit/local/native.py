@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_kit.errors import ConfigError, ItemError
+from llm_kit.local.candidates import Candidates
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -46,7 +47,7 @@ class NativeModel:
 
         set_verbose(False)  # llama.cpp otherwise floods stderr with load logs
 
-        self._api = llama_cpp
+        self.api = llama_cpp
         self._internals = _internals
         self.slots = slots
         self.n_ctx = n_ctx
@@ -83,6 +84,7 @@ class NativeModel:
         self.vocab = self.model.vocab
         self.n_vocab = self.model.n_vocab()
         self.batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self.candidates = Candidates(llama_cpp, self.n_vocab)
         self._format = self._chat_formatter(llama_chat_format)
 
     def _chat_formatter(self, llama_chat_format: Any) -> Any:
@@ -112,23 +114,28 @@ class NativeModel:
         return bytes(self.model.detokenize(tokens))
 
     def is_end(self, token: int) -> bool:
-        return bool(self._api.llama_vocab_is_eog(self.vocab, token))
+        return bool(self.api.llama_vocab_is_eog(self.vocab, token))
 
     def new_sampler(self) -> Any:
         return self._internals.LlamaSampler()
 
-    def add_grammar(self, sampler: Any, grammar: Any) -> None:
-        """Add a GBNF grammar to a chain (llama.cpp gives NULL for one it cannot parse)."""
-        native = self._api.llama_sampler_init_grammar(
+    def new_grammar(self, grammar: Any) -> Any:
+        """A native grammar sampler for a GBNF grammar (llama.cpp gives NULL for one it cannot
+        parse); the caller frees it."""
+        native = self.api.llama_sampler_init_grammar(
             self.vocab, grammar._grammar.encode("utf-8"), grammar._root.encode("utf-8")
         )
         if not native:
             raise ItemError("the local model cannot follow this JSON schema; simplify it")
-        self._api.llama_sampler_chain_add(sampler.sampler, native)
+        return native
 
     def sample(self, sampler: Any, index: int) -> int:
         """Sample from the logits of batch row ``index``; the chain accepts the token."""
-        return int(self._api.llama_sampler_sample(sampler.sampler, self.context.ctx, index))
+        return int(self.api.llama_sampler_sample(sampler.sampler, self.context.ctx, index))
+
+    def logits(self, index: int) -> Any:
+        """The logits of batch row ``index`` (a float pointer, valid until the next decode)."""
+        return self.api.llama_get_logits_ith(self.context.ctx, index)
 
     # -- the batch ------------------------------------------------------------------------
 
@@ -145,29 +152,29 @@ class NativeModel:
 
     def decode(self) -> int:
         """llama_decode on the batch: 0 on success, llama.cpp's code otherwise."""
-        return int(self._api.llama_decode(self.context.ctx, self.batch))
+        return int(self.api.llama_decode(self.context.ctx, self.batch))
 
     def graphs_reused(self) -> int:
         """How many decodes reused the previous compute graph (llama.cpp's own count)."""
-        return int(self._api.llama_perf_context(self.context.ctx).n_reused)
+        return int(self.api.llama_perf_context(self.context.ctx).n_reused)
 
     def forget(self, seq: int, start: int = 0) -> None:
         """Free a sequence's KV cells from position ``start`` on (all of them by default)."""
-        self._api.llama_memory_seq_rm(self.context.memory, seq, start if start > 0 else -1, -1)
+        self.api.llama_memory_seq_rm(self.context.memory, seq, start if start > 0 else -1, -1)
 
     def set_threads(self, n_threads: int) -> None:
-        self._api.llama_set_n_threads(self.context.ctx, n_threads, n_threads)
+        self.api.llama_set_n_threads(self.context.ctx, n_threads, n_threads)
 
     def close(self) -> None:
         if self.batch is not None:
-            self._api.llama_batch_free(self.batch)
+            self.api.llama_batch_free(self.batch)
             self.batch = None
         self.context.close()
         self.model.close()
 
     def kv_bytes_per_token(self) -> int:
         """Bytes one token takes in the KV cache (keys and values, every layer, f16)."""
-        api, model = self._api, self.model.model
+        api, model = self.api, self.model.model
         head_dim = api.llama_model_n_embd(model) // api.llama_model_n_head(model)
         kv_width = api.llama_model_n_head_kv(model) * head_dim
         return int(api.llama_model_n_layer(model) * kv_width * 2 * ctypes.sizeof(ctypes.c_uint16))

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_kit.errors import ProviderError
-from llm_kit.local.sequence import Request, Sequence, build_sampler
+from llm_kit.local.sampling import SequenceSampler
+from llm_kit.local.sequence import Request, Sequence
 from llm_kit.local.threads import ThreadTuner
 
 # Prompt tokens worth a gap in the running slots: a prompt decodes once, but a gap splits
@@ -43,6 +44,7 @@ class BatchStats:
     widest_batch: int = 0  # the most sequences one llama_decode call held
     tokens_decoded: int = 0
     graphs_reused: int = 0  # decodes (llama.cpp's, one per run of slots) that kept the graph
+    grammar_full_passes: int = 0  # JSON tokens whose first pick the grammar refused
     prompt_tokens_reused: int = 0  # kept in a slot's KV cells from its previous request
     requests_done: int = 0
     cancelled: int = 0
@@ -153,7 +155,7 @@ class BatchScheduler:
             admitted.append(request)
             slot, reused = self._best_slot(request.prompt)
             self._free.remove(slot)
-            self._active[slot] = Sequence(request, slot, sampler=None, reused=reused)
+            self._active[slot] = Sequence(request, slot, reused=reused)
             self.stats.prompt_tokens_reused += reused
         return admitted
 
@@ -177,7 +179,7 @@ class BatchScheduler:
         for sequence in [s for s in self._active.values() if s.request in admitted]:
             self.model.forget(sequence.slot, sequence.fed)
             try:
-                sequence.sampler = build_sampler(self.model, sequence.request)
+                sequence.sampler = SequenceSampler(self.model, sequence.request)
             except Exception as exc:
                 self._release(sequence)
                 sequence.request.future.set_exception(exc)
@@ -227,7 +229,7 @@ class BatchScheduler:
         self.stats.widest_batch = max(self.stats.widest_batch, len({r[2] for r in rows}))
         for row, sequence in sampled:
             sequence.next_token = None
-            sequence.take(self.model.sample(sequence.sampler, row), self.model)
+            sequence.take(sequence.sampler.sample(row), self.model)
             if sequence.finish_reason is not None:
                 self._release(sequence)
                 self.stats.requests_done += 1
@@ -237,6 +239,7 @@ class BatchScheduler:
         """Free the slot (it keeps the prompt tokens decoded so far) and the sampler chain."""
         self._kept[sequence.slot] = sequence.request.prompt[: sequence.fed]
         if sequence.sampler is not None:
+            self.stats.grammar_full_passes += sequence.sampler.full_passes
             sequence.sampler.close()
         with self._cond:
             del self._active[sequence.slot]

@@ -1,10 +1,7 @@
-"""One request inside the batching scheduler: its prompt, its own sampler chain, its answer.
+"""One request inside the batching scheduler: its prompt, its answer so far, its end.
 
-The sampler chain is the one ``Llama.create_chat_completion`` builds (repeat penalty over the
-last 64 tokens, then the JSON grammar, then greedy or top-k/typical/top-p/min-p/temperature
-with the request's seed), one chain per request, so that each sequence of a batch is held by
-its own grammar and its own random state.
-"""
+Its sampler (``sampling.SequenceSampler``) is its own, so that each sequence of a batch is held
+by its own grammar, penalties and random state."""
 
 from __future__ import annotations
 
@@ -14,9 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_kit.types import Completion, Usage
-
-PENALTY_LAST_N = 64  # llama-cpp-python's default window for the repeat penalty
-_TOP_K, _MIN_P, _TYPICAL_P, _DEFAULT_TOP_P = 40, 0.05, 1.0, 0.95
 
 
 @dataclass
@@ -35,38 +29,13 @@ class Request:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
 
-def build_sampler(model: Any, request: Request) -> Any:
-    """The request's sampler chain, in ``Llama._init_sampler``'s order."""
-    sampler = model.new_sampler()
-    sampler.add_penalties(
-        n_vocab=model.n_vocab,
-        penalty_last_n=PENALTY_LAST_N,
-        penalty_repeat=request.repeat_penalty,
-        penalty_freq=0.0,
-        penalty_present=0.0,
-    )
-    if request.grammar is not None:
-        model.add_grammar(sampler, request.grammar)
-    if request.temperature == 0.0:
-        sampler.add_greedy()
-    else:
-        top_p = _DEFAULT_TOP_P if request.top_p is None else request.top_p
-        sampler.add_top_k(_TOP_K)
-        sampler.add_typical(_TYPICAL_P, 1)
-        sampler.add_top_p(top_p, 1)
-        sampler.add_min_p(_MIN_P, 1)
-        sampler.add_temp(request.temperature)
-        sampler.add_dist(request.seed)
-    return sampler
-
-
 class Sequence:
     """A request holding a slot: prompt tokens still to feed, tokens generated, the end."""
 
-    def __init__(self, request: Request, slot: int, sampler: Any, reused: int = 0) -> None:
+    def __init__(self, request: Request, slot: int, reused: int = 0) -> None:
         self.request = request
         self.slot = slot
-        self.sampler = sampler
+        self.sampler: Any = None  # a SequenceSampler once the sequence starts
         self.fed = reused  # prompt tokens already in the slot's KV cells
         self.generated: list[int] = []
         self.next_token: int | None = None  # sampled, not yet decoded
