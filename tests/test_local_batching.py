@@ -432,3 +432,20 @@ def test_calibration_ignores_the_first_use_of_each_thread_count() -> None:
     tuner = ThreadTuner([2, 1])
     tuner.calibrate(step)
     assert tuner.current == 2 and tuner.trials == 1
+
+
+def test_calibration_stops_once_one_count_is_left() -> None:
+    # Loading the model waits for calibration: a count far slower than the best is tried no
+    # more, and the last one left needs no more steps.
+    steps: list[int] = []
+
+    def step(threads: int) -> float:
+        steps.append(threads)
+        return {4: 0.008, 2: 0.010, 1: 0.030}[threads]
+
+    tuner = ThreadTuner([4, 2, 1])
+    tuner.calibrate(step)
+    assert tuner.current == 4
+    # Unmeasured first use of 4 and 2; then 1 is dropped at its second step, and 4 and 2
+    # (within GIVE_UP of each other) take turns until only one of them has steps left.
+    assert steps == [4, 2, 1, 4, 2, 1, 4, 2, 4]

@@ -134,30 +134,34 @@ class ThreadTuner:
 
     def calibrate(self, step: Callable[[int], float]) -> None:
         """The first choice, before any request: ``step(threads)`` times one small decode.
-        Each count runs once unmeasured first (OpenMP starts its threads on first use)."""
+        A trial as on decode steps; before it, each count above one runs once unmeasured
+        (OpenMP starts its threads on first use)."""
         if len(self.candidates) < 2:
             return
         for threads in self.candidates:
-            step(threads)
-        self._times = {c: [] for c in self.candidates}
-        for _ in range(self.ROUNDS):
-            for threads in self.candidates:
-                self._times[threads].append(step(threads))
-        self._decide()
+            if threads > 1:
+                step(threads)
+        self._begin_trial()
+        while self._plan:
+            threads = self._plan[0]
+            self._trial_step(threads, step(threads))
 
     def pick(self, measurable: bool) -> int:
         """The thread count for the next decode step (``measurable``: no prompt in it)."""
         if len(self.candidates) < 2:
             return self.current
         if not self._plan and self._countdown <= 0 and measurable:
-            # The current choice first, so that each other candidate's first step is compared
-            # with it (and dropped at once when far slower).
-            order = [self.current, *(c for c in self.candidates if c != self.current)]
-            self._plan = [c for _ in range(self.ROUNDS) for c in order]
-            self._times = {c: [] for c in self.candidates}
+            self._begin_trial()
         if self._plan and measurable:
             return self._plan[0]
         return self.current
+
+    def _begin_trial(self) -> None:
+        # The current choice first, so that each other candidate's first step is compared
+        # with it (and dropped at once when far slower).
+        order = [self.current, *(c for c in self.candidates if c != self.current)]
+        self._plan = [c for _ in range(self.ROUNDS) for c in order]
+        self._times = {c: [] for c in self.candidates}
 
     def record(self, threads: int, seconds: float, width: int | None) -> None:
         """A step's time; ``width``: its sequences when it decoded one token each, None when
@@ -175,7 +179,8 @@ class ThreadTuner:
         best = min(min(t) for t in self._times.values() if t)
         if seconds > self.GIVE_UP * best:
             self._plan = [c for c in self._plan if c != threads]
-        if not self._plan:
+        if len(set(self._plan)) < 2 and all(self._times[c] for c in self._plan):
+            self._plan = []  # the others are out: the rest would measure nothing new
             self._decide()
 
     def _watch(self, width: int, seconds: float) -> None:
