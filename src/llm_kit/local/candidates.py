@@ -2,7 +2,7 @@
 
 ``llama_sampler_sample`` builds this array inside llama.cpp; a sampler that must look at a token
 before choosing how to sample (``sampling.SequenceSampler``: a grammar asked about one token
-first) builds it here instead, with numpy, in one pass over the vocabulary.
+first) builds it here instead, with numpy's whole-array copies rather than a Python loop.
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ class Candidates:
         return ctypes.byref(self.array)
 
     def selected(self) -> int:
-        return int(self._data["id"][self.array.selected])
+        """The token the last sampler chose (as ``llama_sampler_sample``, refuse no choice)."""
+        index = self.array.selected
+        if not 0 <= index < self.array.size:
+            raise RuntimeError(f"the sampler chose no token (index {index})")
+        return int(self._data["id"][index])
 
     def one(self, token: int) -> Any:
         """A single candidate, to ask a grammar about that token alone."""

@@ -132,6 +132,10 @@ class LocalEngine:
         JSON answers with a list ran into max_tokens). ``json_max_items`` caps unbounded arrays
         in the JSON grammar; None leaves them unbounded.
         """
+        if not repeat_penalty > 0:  # also keeps a grammar's -inf logits at -inf (sampling.py)
+            raise ConfigError(
+                f"repeat_penalty must be > 0 (1.0 turns it off), got {repeat_penalty}"
+            )
         self._model_path_arg = model_path
         self.n_ctx = n_ctx
         self.slots = slots or DEFAULT_SLOTS

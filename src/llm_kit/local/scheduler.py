@@ -43,7 +43,7 @@ class BatchStats:
     decode_calls: int = 0
     widest_batch: int = 0  # the most sequences one llama_decode call held
     tokens_decoded: int = 0
-    graphs_reused: int = 0  # decodes (llama.cpp's, one per run of slots) that kept the graph
+    graphs_reused: int = 0  # llama.cpp decodes (one per run of slots) that kept the graph
     grammar_full_passes: int = 0  # JSON tokens whose first pick the grammar refused
     prompt_tokens_reused: int = 0  # kept in a slot's KV cells from its previous request
     requests_done: int = 0
@@ -59,6 +59,7 @@ class BatchScheduler:
         self.tuner = tuner
         self._threads = tuner.current  # what the context decodes with now
         tuner.calibrate(self._probe)
+        self._reused_at_start = model.graphs_reused()  # calibration's own reuses not counted
         self.stats = BatchStats()
         self._pending: deque[Request] = deque()
         self._active: dict[int, Sequence] = {}
@@ -189,28 +190,7 @@ class BatchScheduler:
             self.stats.cancelled += 1
             self.stats.tokens_before_cancel += len(sequence.generated)
             self._release(sequence)
-        rows: list[tuple[int, int, int, bool]] = []
-        sampled: list[tuple[int, Sequence]] = []  # (batch row, sequence)
-        # In slot order: llama.cpp splits a batch into one graph per run of consecutive
-        # sequence ids (per-sequence KV), and a graph is reused only while the shape holds.
-        in_order = sorted(self._active.values(), key=lambda s: s.slot)
-        room = self.model.n_batch - sum(s.decoding for s in in_order)
-        for sequence in in_order:
-            if sequence.decoding:
-                assert sequence.next_token is not None
-                sampled.append((len(rows), sequence))
-                rows.append((sequence.next_token, sequence.position, sequence.slot, True))
-            if not sequence.prefilling:
-                continue
-            prompt = sequence.request.prompt
-            chunk = prompt[sequence.fed : sequence.fed + max(room, 0)]
-            room -= len(chunk)
-            for token in chunk:
-                sequence.fed += 1
-                last = sequence.fed == len(prompt)
-                if last:
-                    sampled.append((len(rows), sequence))
-                rows.append((token, sequence.fed - 1, sequence.slot, last))
+        rows, sampled = self._batch_rows()
         if not rows:
             return
         self.model.batch_fill(rows)
@@ -225,7 +205,7 @@ class BatchScheduler:
         self.tuner.record(threads, seconds, len(rows) if measurable else None)
         self.stats.decode_calls += 1
         self.stats.tokens_decoded += len(rows)
-        self.stats.graphs_reused = self.model.graphs_reused()
+        self.stats.graphs_reused = self.model.graphs_reused() - self._reused_at_start
         self.stats.widest_batch = max(self.stats.widest_batch, len({r[2] for r in rows}))
         for row, sequence in sampled:
             sequence.next_token = None
@@ -234,6 +214,35 @@ class BatchScheduler:
                 self._release(sequence)
                 self.stats.requests_done += 1
                 sequence.request.future.set_result(sequence.completion())
+
+    def _batch_rows(self) -> tuple[list[tuple[int, int, int, bool]], list[tuple[int, Sequence]]]:
+        """This step's (token, position, slot, wants logits) rows, and which rows each sampled
+        sequence reads: the next token of every decoding sequence, then prompt tokens as far
+        as ``n_batch`` allows, shared out in order of arrival (the first to come is the first
+        to answer). Listed in slot order: llama.cpp cuts a batch into one graph per run of
+        consecutive sequence ids (per-sequence KV) and reuses a graph only while the shape
+        holds."""
+        room = self.model.n_batch - sum(s.decoding for s in self._active.values())
+        feed: dict[int, int] = {}  # slot -> prompt tokens it decodes in this step
+        for sequence in self._active.values():  # in order of arrival
+            if sequence.prefilling and room > 0:
+                feed[sequence.slot] = min(room, len(sequence.request.prompt) - sequence.fed)
+                room -= feed[sequence.slot]
+        rows: list[tuple[int, int, int, bool]] = []
+        sampled: list[tuple[int, Sequence]] = []  # (batch row, sequence)
+        for sequence in sorted(self._active.values(), key=lambda s: s.slot):
+            if sequence.decoding:
+                assert sequence.next_token is not None
+                sampled.append((len(rows), sequence))
+                rows.append((sequence.next_token, sequence.position, sequence.slot, True))
+            prompt = sequence.request.prompt
+            for _ in range(feed.get(sequence.slot, 0)):
+                sequence.fed += 1
+                last = sequence.fed == len(prompt)
+                if last:
+                    sampled.append((len(rows), sequence))
+                rows.append((prompt[sequence.fed - 1], sequence.fed - 1, sequence.slot, last))
+        return rows, sampled
 
     def _release(self, sequence: Sequence) -> None:
         """Free the slot (it keeps the prompt tokens decoded so far) and the sampler chain."""

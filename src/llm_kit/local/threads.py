@@ -109,8 +109,8 @@ class ThreadTuner:
     threads, when steps of one width get ``SLOWER`` times slower than the fastest seen since
     the last trial (another process took a core), or after ``MAX_INTERVAL`` steps; at fewer
     threads, every ``interval`` steps (a quiet machine gives no other sign), an interval that
-    doubles while the choice holds. A candidate far slower than the best is dropped at its
-    first step.
+    doubles while the choice holds. A candidate ``GIVE_UP`` times slower than the best is
+    dropped at its first such step.
     """
 
     ROUNDS = 3  # steps per candidate in one trial
