@@ -39,6 +39,10 @@ class Candidates:
         self.array.size, self.array.selected, self.array.sorted = n_vocab, -1, False
         return ctypes.byref(self.array)
 
+    def logits(self) -> np.ndarray:
+        """The logits as a sampler left them (a grammar writes -inf in place, in token order)."""
+        return self._data["logit"]
+
     def selected(self) -> int:
         """The token the last sampler chose (as ``llama_sampler_sample``, refuse no choice)."""
         index = self.array.selected

@@ -7,8 +7,8 @@ per request, so that each sequence of a batch keeps its own penalties and random
 At temperature 0 the pick is computed here with numpy, bit for bit what the chain would pick
 (``greedy_token``; a test holds the two side by side): the chain's penalty looks up each of the
 vocabulary's 49,152 tokens in its window at every step (0.18 ms a token, 4% of a run), this
-touches only the recent tokens. The chain still accepts every token, so its window stays the
-one a grammar's full pass below uses.
+touches only the recent tokens, and such a request has no chain at all: its window of recent
+tokens is kept here, and a grammar's full pass below ends in the same numpy pick.
 
 A JSON grammar applied to every candidate token costs about 5 ms per token on SmolLM2's
 vocabulary, as much as the decode step itself (measured: half of a JSON run's time). So, as
@@ -33,60 +33,65 @@ _TOP_K, _MIN_P, _TYPICAL_P, _DEFAULT_TOP_P = 40, 0.05, 1.0, 0.95
 
 
 class SequenceSampler:
-    """One request's chain, and its grammar (a native llama.cpp sampler) when it has one."""
+    """One request's picker (numpy at temperature 0, else its llama.cpp chain), and its
+    grammar (a native llama.cpp sampler) when it has one."""
 
     def __init__(self, model: Any, request: Request) -> None:
         self._model = model
         self._api = model.api
-        self.chain = _build_chain(model, request)
-        self._greedy = request.temperature == 0.0
         self._penalty = request.repeat_penalty
-        self._recent: deque[int] = deque(maxlen=PENALTY_LAST_N)  # the chain's window, mirrored
+        # At temperature 0 the window is kept here and no chain is built; else the chain
+        # keeps its own.
+        self._recent: deque[int] | None = None
+        self.chain: Any = None
+        if request.temperature == 0.0:
+            self._recent = deque(maxlen=PENALTY_LAST_N)
+        else:
+            self.chain = _build_chain(model, request)
         self.grammar = None
         self.full_passes = 0  # tokens the grammar refused, so that it filtered every candidate
         if request.grammar is not None:
             try:
                 self.grammar = model.new_grammar(request.grammar)
             except Exception:
-                self.chain.close()
+                self.close()
                 raise
 
     def sample(self, row: int) -> int:
-        """The next token from batch row ``row``; the chain (and grammar) accept it."""
-        api, chain = self._api, self.chain.sampler
-        if self.grammar is None and not self._greedy:
-            token = self._model.sample(self.chain, row)  # llama.cpp samples and accepts
-            self._recent.append(token)
-            return token
+        """The next token from batch row ``row``; the window (and grammar) take it in."""
+        if self.grammar is None and self.chain is not None:
+            return self._model.sample(self.chain, row)  # llama.cpp samples and accepts
+        api, candidates = self._api, self._model.candidates
         logits = self._model.logits(row)
-        token = self._first_pick(logits)
+        if self._recent is not None:
+            values = np.ctypeslib.as_array(logits, shape=(self._model.n_vocab,))
+            token = greedy_token(values, self._recent, self._penalty)
+        else:
+            token = self._chain_pick(candidates.fill(logits))
         if self.grammar is not None:
-            candidates = self._model.candidates
             api.llama_sampler_apply(self.grammar, candidates.one(token))
             if candidates.one_refused():
                 self.full_passes += 1
                 cur = candidates.fill(logits)
-                api.llama_sampler_apply(self.grammar, cur)
-                api.llama_sampler_apply(chain, cur)
-                token = candidates.selected()
+                api.llama_sampler_apply(self.grammar, cur)  # refused tokens become -inf
+                if self._recent is not None:
+                    token = greedy_token(candidates.logits(), self._recent, self._penalty)
+                else:
+                    token = self._chain_pick(cur)
             api.llama_sampler_accept(self.grammar, token)
-        api.llama_sampler_accept(chain, token)
-        self._recent.append(token)
+        if self._recent is not None:
+            self._recent.append(token)
+        else:
+            api.llama_sampler_accept(self.chain.sampler, token)
         return token
 
-    def _first_pick(self, logits: Any) -> int:
-        """The chain's pick without the grammar: at temperature 0 computed here (the chain's
-        penalties look up every one of the vocabulary's tokens; this touches only the recent
-        ones), else by the chain itself."""
-        if self._greedy:
-            values = np.ctypeslib.as_array(logits, shape=(self._model.n_vocab,))
-            return greedy_token(values, self._recent, self._penalty)
-        candidates = self._model.candidates
-        self._api.llama_sampler_apply(self.chain.sampler, candidates.fill(logits))
-        return candidates.selected()
+    def _chain_pick(self, cur: Any) -> int:
+        self._api.llama_sampler_apply(self.chain.sampler, cur)
+        return self._model.candidates.selected()
 
     def close(self) -> None:
-        self.chain.close()
+        if self.chain is not None:
+            self.chain.close()
         if self.grammar is not None:
             self._api.llama_sampler_free(self.grammar)
             self.grammar = None
@@ -107,7 +112,7 @@ def greedy_token(logits: np.ndarray, recent: Any, penalty: float) -> int:
 
 
 def _build_chain(model: Any, request: Request) -> Any:
-    """The request's chain without its grammar, in ``Llama._init_sampler``'s order."""
+    """A sampled request's chain without its grammar, in ``Llama._init_sampler``'s order."""
     sampler = model.new_sampler()
     sampler.add_penalties(
         n_vocab=model.n_vocab,
@@ -116,14 +121,11 @@ def _build_chain(model: Any, request: Request) -> Any:
         penalty_freq=0.0,
         penalty_present=0.0,
     )
-    if request.temperature == 0.0:
-        sampler.add_greedy()
-    else:
-        top_p = _DEFAULT_TOP_P if request.top_p is None else request.top_p
-        sampler.add_top_k(_TOP_K)
-        sampler.add_typical(_TYPICAL_P, 1)
-        sampler.add_top_p(top_p, 1)
-        sampler.add_min_p(_MIN_P, 1)
-        sampler.add_temp(request.temperature)
-        sampler.add_dist(request.seed)
+    top_p = _DEFAULT_TOP_P if request.top_p is None else request.top_p
+    sampler.add_top_k(_TOP_K)
+    sampler.add_typical(_TYPICAL_P, 1)
+    sampler.add_top_p(top_p, 1)
+    sampler.add_min_p(_MIN_P, 1)
+    sampler.add_temp(request.temperature)
+    sampler.add_dist(request.seed)
     return sampler
